@@ -1,0 +1,41 @@
+# Two commands matter: `make run` and `make test`. Both create .venv when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint format loads clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m dcoded.coding $(ARGS)
+
+loads: $(STAMP)
+	$(BIN)/python -m dcoded.coding $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not slow' $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check dcoded tests paper
+	$(BIN)/ruff format --check dcoded tests paper
+
+format: $(STAMP)
+	$(BIN)/ruff format dcoded tests paper
+	$(BIN)/ruff check --fix dcoded tests paper
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache build *.egg-info

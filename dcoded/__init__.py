@@ -1,0 +1,3 @@
+"""dcoded: coded synchronous SGD (CDC-SSGD) on Dask, measured to the byte."""
+
+__version__ = "0.1.0"

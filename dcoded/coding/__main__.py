@@ -1,0 +1,63 @@
+"""Print the closed-form load table: ``python -m dcoded.coding --workers 4 [--group-size g]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dcoded.coding.loads import load_table
+
+COLUMNS = [
+    ("r", "r", "{:d}"),
+    ("compute", "compute", "{:.3f}"),
+    ("coded_mc", "coded mc", "{:.4f}"),
+    ("coded_uc", "coded uc", "{:.4f}"),
+    ("uncoded_mc", "uncoded mc", "{:.4f}"),
+    ("uncoded_uc", "uncoded uc", "{:.4f}"),
+    ("reduce_scatter", "summed RS", "{:.4f}"),
+    ("allgather_uc", "all-gather uc", "{:.4f}"),
+    ("ring_allreduce", "ring AR", "{:.4f}"),
+    ("param_server_up", "PS up", "{:.4f}"),
+]
+
+
+def format_table(n_workers: int, group_size: int | None = None, n_params: int | None = None) -> str:
+    """The load table as markdown, in units of ``d`` (or in bytes when ``n_params`` is given)."""
+    rows = load_table(n_workers, group_size)
+    scale = 4 * n_params if n_params else 1
+    unit = f"bytes for d={n_params}" if n_params else "units of d float32 values"
+    lines = [
+        f"Per worker per step, K={n_workers}, g={group_size or n_workers} ({unit}; "
+        "mc: each packet once, uc: once per receiver; compute: fraction of the batch)",
+        "",
+        "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+        "|" + "|".join("---:" for _ in COLUMNS) + "|",
+    ]
+    for row in rows:
+        cells = []
+        for key, _, fmt in COLUMNS:
+            v = row[key]
+            if key in ("r", "compute") or not n_params:
+                cells.append(fmt.format(v))
+            else:
+                cells.append(f"{v * scale:,.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dcoded.coding", description=__doc__)
+    parser.add_argument("--workers", "-K", type=int, default=4, help="number of workers K")
+    parser.add_argument("--group-size", "-g", type=int, default=None, help="group size g")
+    parser.add_argument("--params", "-d", type=int, default=None, help="print bytes for d")
+    args = parser.parse_args(argv)
+    try:
+        print(format_table(args.workers, args.group_size, args.params))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Closed-form communication loads, per worker per step, in units of ``d`` float32 values.
+
+Two counts are given for every scheme:
+
+* ``multicast``: every packet counted once, however many receivers it has (what a broadcast
+  medium would carry);
+* ``unicast``: every packet counted once per receiver (what a unicast fabric such as TCP or
+  Dask transfers carries).
+
+With group size ``g`` (hierarchical CDC) the shuffle runs inside clusters of ``g`` workers on
+segments of ``d/g`` values, so ``K`` is replaced by ``g``; the sum of the ``K/g`` replicas of
+each segment adds :func:`cross_cluster_sum`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+from dcoded.coding.placement import check_layout
+
+
+@dataclass(frozen=True)
+class Load:
+    """A load in units of ``d`` values per worker per step."""
+
+    multicast: float
+    unicast: float
+
+    def bytes(self, d: int, itemsize: int = 4) -> Load:
+        return Load(self.multicast * d * itemsize, self.unicast * d * itemsize)
+
+
+def coded_shuffle(n_workers: int, redundancy: int) -> Load:
+    """CDC coded shuffle: ``C(K-1, r) / (K r)`` multicast, ``C(K-1, r) / K`` unicast.
+
+    A worker is in ``C(K-1, r)`` groups and sends one packet of ``(d/K)/r`` values in each,
+    heard by ``r`` receivers. Summed over workers this is ``(1/r)(1 - r/K)`` of all
+    intermediate values (``C(K, r)`` sub-batch gradients of ``d`` values): CDC's optimum.
+    """
+    K, r = n_workers, redundancy
+    check_layout(K, r)
+    return Load(comb(K - 1, r) / (K * r), comb(K - 1, r) / K)
+
+
+def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
+    """Same placement, every ``v(S, k)`` sent whole by one holder: ``C(K-1, r) / K`` both ways."""
+    K, r = n_workers, redundancy
+    check_layout(K, r)
+    return Load(comb(K - 1, r) / K, comb(K - 1, r) / K)
+
+
+def combined_reduce_scatter(n_workers: int, redundancy: int) -> Load:
+    """Reduce-scatter that sums gradients before sending, with the CDC placement: ``(K-r)/K``.
+
+    The sub-batches owner ``k`` lacks are the ``r``-subsets of the other ``K-1`` workers; any
+    ``K-r`` of those workers hit every one of them, so ``K-r`` pre-summed vectors of ``d/K``
+    values suffice (``(K-1)/K`` at ``r = 1``, the plain reduce-scatter). CDC does not exploit
+    summation, which is why this is below the coded shuffle for most ``(K, r)``.
+    """
+    K, r = n_workers, redundancy
+    check_layout(K, r)
+    return Load((K - r) / K, (K - r) / K)
+
+
+def allgather(n_workers: int) -> Load:
+    """All-gather of the updated segments: ``1/K`` multicast (own segment once), ``(K-1)/K``
+    unicast (own segment to each of the ``K-1`` others)."""
+    K = n_workers
+    check_layout(K, 1)
+    return Load(1 / K, (K - 1) / K)
+
+
+def parameter_server(n_workers: int) -> tuple[Load, Load]:
+    """``(up, down)`` per worker: the gradient up, ``θ`` down, ``d`` values each.
+
+    The server itself moves ``K`` times this.
+    """
+    check_layout(n_workers, 1)
+    return Load(1.0, 1.0), Load(1.0, 1.0)
+
+
+def ring_allreduce(n_workers: int) -> Load:
+    """Ring all-reduce (torch DDP): ``2(K-1)/K`` sent per worker (reduce-scatter + all-gather)."""
+    K = n_workers
+    check_layout(K, 1)
+    return Load(2 * (K - 1) / K, 2 * (K - 1) / K)
+
+
+def cross_cluster_sum(n_workers: int, group_size: int) -> Load:
+    """Hierarchical CDC: each owner sends its reduced segment (``d/g`` values) to the other
+    ``K/g - 1`` owners of the same segment index, which all sum in cluster order.
+
+    The same segment goes to every other owner: ``1/g`` multicast (sent once), ``(K/g - 1)/g``
+    unicast (once per receiver)."""
+    check_layout(n_workers, 1, group_size)
+    m = n_workers // group_size
+    return Load(1 / group_size if m > 1 else 0.0, (m - 1) / group_size)
+
+
+def shuffle(n_workers: int, redundancy: int, group_size: int | None = None, coded=True) -> Load:
+    """The gradient exchange of CDC with group size ``g``: the shuffle inside a cluster of
+    ``g`` plus the cross-cluster sum."""
+    g = check_layout(n_workers, redundancy, group_size)
+    inner = coded_shuffle(g, redundancy) if coded else uncoded_shuffle(g, redundancy)
+    extra = cross_cluster_sum(n_workers, g)
+    return Load(inner.multicast + extra.multicast, inner.unicast + extra.unicast)
+
+
+def load_table(n_workers: int, group_size: int | None = None) -> list[dict[str, float]]:
+    """One row per redundancy ``r = 1..g``: every scheme, both counts (units of ``d``)."""
+    g = check_layout(n_workers, 1, group_size)
+    rows = []
+    for r in range(1, g + 1):
+        coded = shuffle(n_workers, r, g, coded=True)
+        uncoded = shuffle(n_workers, r, g, coded=False)
+        rs = combined_reduce_scatter(g, r)
+        cross = cross_cluster_sum(n_workers, g)
+        ag = allgather(g)
+        ps_up, _ = parameter_server(n_workers)
+        rows.append(
+            {
+                "r": r,
+                "compute": r / n_workers,
+                "coded_mc": coded.multicast,
+                "coded_uc": coded.unicast,
+                "uncoded_mc": uncoded.multicast,
+                "uncoded_uc": uncoded.unicast,
+                "reduce_scatter": rs.unicast + cross.unicast,
+                "allgather_mc": ag.multicast,
+                "allgather_uc": ag.unicast,
+                "ring_allreduce": ring_allreduce(n_workers).unicast,
+                "param_server_up": ps_up.unicast,
+            }
+        )
+    return rows

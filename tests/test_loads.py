@@ -1,0 +1,301 @@
+"""Closed-form loads (units of ``d`` float32 values per worker per step) and the CLI table."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from fractions import Fraction
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from dcoded.coding import (
+    Load,
+    allgather,
+    coded_shuffle,
+    combined_reduce_scatter,
+    cross_cluster_sum,
+    load_table,
+    parameter_server,
+    ring_allreduce,
+    segment_slices,
+    shuffle,
+    uncoded_shuffle,
+)
+from dcoded.coding.__main__ import main
+
+KR = [(n, r) for n in range(1, 11) for r in range(1, n + 1)]
+
+
+def close(load: Load, multicast, unicast) -> bool:
+    return load.multicast == pytest.approx(float(multicast), abs=1e-15) and (
+        load.unicast == pytest.approx(float(unicast), abs=1e-15)
+    )
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "mc", "uc"),
+    [
+        # K=4: a worker is in C(3, r) groups and sends one packet of (d/4)/r values in each.
+        (4, 1, Fraction(3, 4), Fraction(3, 4)),
+        (4, 2, Fraction(3, 8), Fraction(3, 4)),
+        (4, 3, Fraction(1, 12), Fraction(1, 4)),
+        (4, 4, 0, 0),
+        (3, 1, Fraction(2, 3), Fraction(2, 3)),
+        (3, 2, Fraction(1, 6), Fraction(1, 3)),
+        (5, 2, Fraction(6, 10), Fraction(6, 5)),  # C(4,2)=6 groups
+        (6, 2, Fraction(10, 12), Fraction(10, 6)),  # C(5,2)=10 groups
+        (6, 3, Fraction(10, 18), Fraction(10, 6)),
+        (1, 1, 0, 0),
+    ],
+)
+def test_coded_shuffle_hand_values(n, r, mc, uc):
+    assert close(coded_shuffle(n, r), mc, uc)
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "value"),
+    [
+        (4, 1, Fraction(3, 4)),
+        (4, 2, Fraction(3, 4)),
+        (4, 3, Fraction(1, 4)),
+        (4, 4, 0),
+        (5, 2, Fraction(6, 5)),
+        (6, 3, Fraction(10, 6)),
+    ],
+)
+def test_uncoded_shuffle_hand_values(n, r, value):
+    assert close(uncoded_shuffle(n, r), value, value)
+
+
+@pytest.mark.parametrize(("n", "r"), KR)
+def test_closed_forms(n, r):
+    c = comb(n - 1, r)
+    assert close(coded_shuffle(n, r), Fraction(c, n * r), Fraction(c, n))
+    assert close(uncoded_shuffle(n, r), Fraction(c, n), Fraction(c, n))
+    # The coded multicast count is the uncoded one divided by r: each packet serves r receivers.
+    assert coded_shuffle(n, r).multicast * r == pytest.approx(uncoded_shuffle(n, r).multicast)
+    assert close(combined_reduce_scatter(n, r), Fraction(n - r, n), Fraction(n - r, n))
+
+
+@pytest.mark.parametrize(("n", "r"), KR)
+def test_cdc_optimum_identity(n, r):
+    """Summed over the K workers, against all intermediate values.
+
+    The map produces C(K, r) sub-batch gradients of d values each: C(K, r) * d intermediate
+    values (K segments of d/K per sub-batch). Per worker the coded multicast count is
+    C(K-1, r)/(K r) * d, so all workers together send C(K-1, r)/r * d, and since
+    C(K-1, r) = C(K, r) (K-r)/K this is (1/r)(1 - r/K) * C(K, r) * d: a fraction (1/r)(1 - r/K)
+    of all intermediate values, CDC's optimal communication load. The identity holds for the
+    *multicast* count (each packet counted once, as in CDC's broadcast model); the unicast count
+    is r times that, (1 - r/K) * C(K, r) * d summed, the same as the uncoded shuffle's
+    (1 - r/K), which is CDC's uncoded load.
+    """
+    total = Fraction(comb(n, r))  # in units of d
+    coded, uncoded = coded_shuffle(n, r), uncoded_shuffle(n, r)
+    optimum = Fraction(1, r) * (1 - Fraction(r, n))
+    assert n * coded.multicast == pytest.approx(float(optimum * total), abs=1e-12)
+    assert n * coded.unicast == pytest.approx(float((1 - Fraction(r, n)) * total), abs=1e-12)
+    assert n * uncoded.multicast == pytest.approx(float((1 - Fraction(r, n)) * total), abs=1e-12)
+    assert n * coded.unicast == pytest.approx(r * n * coded.multicast, abs=1e-12)
+
+
+@pytest.mark.parametrize(("n", "r"), [(n, r) for n in range(2, 8) for r in range(1, n)])
+def test_combined_reduce_scatter_covering(n, r):
+    """Owner k lacks the r-subsets of the K-1 others; any K-r of those workers hold each of them
+    (and K-r-1 do not suffice), so K-r pre-summed vectors of |segment k| values reach k."""
+    for k in range(n):
+        others = [w for w in range(n) if w != k]
+        missing = list(itertools.combinations(others, r))
+        for senders in itertools.combinations(others, n - r):
+            assert all(set(t) & set(senders) for t in missing)
+        if n - r - 1 >= 0:
+            short = others[: n - r - 1]
+            assert any(not set(t) & set(short) for t in missing)
+    # Per worker: K owners each receive K-r sums of ~d/K values -> (K-r)/K of d per worker.
+    d = 37
+    sent = sum((n - r) * (s.stop - s.start) for s in segment_slices(d, n))
+    assert Fraction(sent, n) == Fraction(n - r, n) * d
+    assert combined_reduce_scatter(n, r).unicast * d == pytest.approx(sent / n)
+
+
+@pytest.mark.parametrize(("n", "r"), KR)
+def test_summing_before_sending_beats_coded_unicast(n, r):
+    """The honest caveat: a reduce-scatter that adds gradients before sending never moves more
+    than the coded shuffle's unicast count, and strictly less for 2 <= r <= K-2."""
+    rs, coded = combined_reduce_scatter(n, r).unicast, coded_shuffle(n, r).unicast
+    if r in (1, n - 1, n):
+        assert rs == pytest.approx(coded)
+    else:
+        assert rs < coded
+
+
+def test_combined_reduce_scatter_values():
+    assert close(combined_reduce_scatter(4, 1), Fraction(3, 4), Fraction(3, 4))
+    assert close(combined_reduce_scatter(4, 2), Fraction(1, 2), Fraction(1, 2))
+    assert close(combined_reduce_scatter(4, 4), 0, 0)
+    assert close(combined_reduce_scatter(8, 3), Fraction(5, 8), Fraction(5, 8))
+
+
+def test_other_schemes():
+    assert close(allgather(4), Fraction(1, 4), Fraction(3, 4))
+    assert close(allgather(1), 1, 0)
+    assert close(ring_allreduce(4), Fraction(3, 2), Fraction(3, 2))
+    assert close(ring_allreduce(1), 0, 0)
+    up, down = parameter_server(4)
+    assert close(up, 1, 1) and close(down, 1, 1)
+    assert Load(0.375, 0.75).bytes(1000) == Load(1500.0, 3000.0)
+    assert Load(0.5, 1.0).bytes(10, itemsize=8) == Load(40.0, 80.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "g", "mc", "uc"),
+    [
+        # each owner sends its reduced segment (d/g) to the K/g - 1 other owners of that index
+        (6, 6, 0, 0),
+        (6, 3, Fraction(1, 3), Fraction(1, 3)),
+        (6, 2, Fraction(1, 2), Fraction(2, 2)),
+        (8, 2, Fraction(1, 2), Fraction(3, 2)),
+        (8, 4, Fraction(1, 4), Fraction(1, 4)),
+        (6, 1, 1, 5),
+    ],
+)
+def test_cross_cluster_sum(n, g, mc, uc):
+    assert close(cross_cluster_sum(n, g), mc, uc)
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "g"),
+    [
+        (n, r, g)
+        for n in range(1, 9)
+        for g in range(1, n + 1)
+        if n % g == 0
+        for r in range(1, g + 1)
+    ],
+)
+def test_hierarchical_shuffle_is_inner_plus_cross(n, r, g):
+    cross = cross_cluster_sum(n, g)
+    for coded, inner in ((True, coded_shuffle(g, r)), (False, uncoded_shuffle(g, r))):
+        got = shuffle(n, r, g, coded=coded)
+        assert close(got, inner.multicast + cross.multicast, inner.unicast + cross.unicast)
+    if g == n:
+        assert shuffle(n, r) == coded_shuffle(n, r)
+        assert shuffle(n, r, coded=False) == uncoded_shuffle(n, r)
+
+
+def test_hierarchical_hand_value():
+    # K=6, g=2, r=1: inner C(1,1)/2 = 1/2 both ways; cross: 1/2 once, 2 receivers -> 1.
+    assert close(shuffle(6, 1, 2), 1, Fraction(3, 2))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: coded_shuffle(4, 5),
+        lambda: coded_shuffle(4, 0),
+        lambda: uncoded_shuffle(0, 1),
+        lambda: combined_reduce_scatter(3, 4),
+        lambda: allgather(0),
+        lambda: ring_allreduce(0),
+        lambda: parameter_server(0),
+        lambda: cross_cluster_sum(4, 3),
+        lambda: shuffle(4, 3, 2),
+        lambda: shuffle(4, 1, 3),
+        lambda: load_table(4, 3),
+    ],
+)
+def test_invalid_layouts_raise(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+@pytest.mark.parametrize(("n", "g"), [(4, None), (6, 3), (8, 2), (1, None)])
+def test_load_table(n, g):
+    rows = load_table(n, g)
+    gg = g or n
+    assert [row["r"] for row in rows] == list(range(1, gg + 1))
+    for row in rows:
+        r = row["r"]
+        coded, uncoded = shuffle(n, r, gg), shuffle(n, r, gg, coded=False)
+        assert row["compute"] == pytest.approx(r / n)
+        assert row["coded_mc"] == coded.multicast and row["coded_uc"] == coded.unicast
+        assert row["uncoded_mc"] == uncoded.multicast and row["uncoded_uc"] == uncoded.unicast
+        assert row["reduce_scatter"] == pytest.approx(
+            combined_reduce_scatter(gg, r).unicast + cross_cluster_sum(n, gg).unicast
+        )
+        assert row["allgather_mc"] == allgather(gg).multicast
+        assert row["allgather_uc"] == allgather(gg).unicast
+        assert row["ring_allreduce"] == ring_allreduce(n).unicast
+        assert row["param_server_up"] == 1.0
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+
+def table_rows(out: str) -> list[list[str]]:
+    lines = [ln for ln in out.splitlines() if ln.startswith("|")]
+    header, sep, *rows = lines
+    assert header.split("|")[1].strip() == "r" and set(sep) <= set("|-:")
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
+
+
+def test_cli_k4(capsys):
+    assert main(["-K", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "K=4, g=4" in out
+    rows = table_rows(out)
+    assert [int(row[0]) for row in rows] == [1, 2, 3, 4]  # one row per r
+    coded_mc = [float(row[2]) for row in rows]
+    assert coded_mc == [0.75, 0.375, 0.0833, 0.0]
+    for row, ref in zip(rows, load_table(4), strict=True):
+        assert float(row[3]) == pytest.approx(ref["coded_uc"], abs=5e-5)
+        assert float(row[6]) == pytest.approx(ref["reduce_scatter"], abs=5e-5)
+    assert float(rows[1][6]) == 0.5  # summed reduce-scatter at K=4, r=2: (K-r)/K
+
+
+def test_cli_group_size_and_bytes(capsys):
+    assert main(["--workers", "6", "--group-size", "3"]) == 0
+    assert [int(row[0]) for row in table_rows(capsys.readouterr().out)] == [1, 2, 3]
+    assert main(["-K", "4", "-d", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "bytes for d=1000" in out
+    assert table_rows(out)[1][2] == "1,500"  # 3/8 * 1000 values * 4 bytes
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["-K", "4", "-g", "3"], "group_size=3"),
+        (["-K", "4", "-g", "0"], "group_size=0"),
+        (["-K", "0"], "n_workers=0"),
+    ],
+)
+def test_cli_errors_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error:") and needle in captured.err
+
+
+def test_cli_as_module():
+    root = Path(__file__).resolve().parents[1]
+    ok = subprocess.run(
+        [sys.executable, "-m", "dcoded.coding", "-K", "4"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert len(table_rows(ok.stdout)) == 4
+    bad = subprocess.run(
+        [sys.executable, "-m", "dcoded.coding", "-K", "4", "-g", "3"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "group_size=3" in bad.stderr
