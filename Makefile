@@ -18,7 +18,7 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m dcoded.coding $(ARGS)
+	$(BIN)/python -m dcoded $(ARGS)
 
 loads: $(STAMP)
 	$(BIN)/python -m dcoded.coding $(ARGS)
@@ -30,12 +30,12 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check dcoded tests paper
-	$(BIN)/ruff format --check dcoded tests paper
+	$(BIN)/ruff check dcoded tests
+	$(BIN)/ruff format --check dcoded tests
 
 format: $(STAMP)
-	$(BIN)/ruff format dcoded tests paper
-	$(BIN)/ruff check --fix dcoded tests paper
+	$(BIN)/ruff format dcoded tests
+	$(BIN)/ruff check --fix dcoded tests
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache build *.egg-info

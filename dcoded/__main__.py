@@ -1,0 +1,33 @@
+"""``python -m dcoded``: the Hydra app. One run per job; ``-m`` sweeps."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from dcoded.config import CONFIG_DIR
+from dcoded.run import CLEAN_ERRORS, format_results, run
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def app(cfg: DictConfig) -> float | None:
+    out_dir = HydraConfig.get().runtime.output_dir
+    try:
+        summary = run(cfg, out_dir=out_dir)
+    except CLEAN_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(format_results(summary))
+    print(f"  outputs: {out_dir}")
+    return summary["final"]["test_accuracy"]
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

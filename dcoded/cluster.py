@@ -1,0 +1,124 @@
+"""Clusters to train on: a local Dask cluster, or an existing scheduler at an address.
+
+Only the entry point creates a cluster; library functions take a ``client``. Every worker
+runs torch with one thread (``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``), so ``K``
+workers on a few cores measure the algorithm and not thread contention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import dask
+from distributed import Client, LocalCluster
+from distributed.utils import get_mp_context
+
+from dcoded.engine import tasks
+
+#: Long enough that no transfer of a run is evicted between two pulls of the logs.
+TRANSFER_LOG_LENGTH = 100_000
+CLUSTER_KINDS = ("local", "address")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or reached, or has too few workers."""
+
+
+@dataclass
+class Session:
+    client: Client
+    workers: list[str]
+    dashboard: str | None
+    kind: str
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
+    kind = cfg.get("kind")
+    if kind not in CLUSTER_KINDS:
+        raise ValueError(f"cluster.kind={kind!r} is not known: choose one of {CLUSTER_KINDS}")
+    if kind == "address" and not cfg.get("address"):
+        raise ValueError(
+            "cluster=address needs cluster.address=tcp://HOST:PORT (the scheduler to join)"
+        )
+    if not isinstance(n_workers, int) or n_workers < 1:
+        raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
+
+
+@contextlib.contextmanager
+def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]:
+    """Start or join a cluster with at least ``n_workers`` workers; close what was started on
+    exit, also on error and Ctrl-C, and drop the run's replicas from the workers."""
+    check_cluster_config(cfg, n_workers)
+    stack = contextlib.ExitStack()
+    settings = {"distributed.admin.low-level-log-length": TRANSFER_LOG_LENGTH}
+    processes = bool(cfg.get("processes", True))
+    start_method = cfg.get("start_method", "forkserver")
+    if cfg["kind"] == "local" and processes:
+        settings["distributed.worker.multiprocessing-method"] = start_method
+    with stack, dask.config.set(settings):
+        if cfg["kind"] == "local":
+            if processes and start_method == "forkserver":
+                _preload_forkserver()
+            # loopback only, nothing is exposed; in-process workers talk in memory (inproc://)
+            where = {}
+            if processes:
+                where = {
+                    "host": "127.0.0.1",
+                    "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                }
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=1,
+                    processes=processes,
+                    dashboard_address="127.0.0.1:0" if cfg.get("dashboard") else None,
+                    **where,
+                    silence_logs=getattr(logging, str(cfg.get("log_level", "error")).upper()),
+                )
+            )
+            client = stack.enter_context(Client(cluster))
+        else:
+            try:
+                client = stack.enter_context(
+                    Client(cfg["address"], timeout=f"{cfg.get('connect_timeout_s', 10)}s")
+                )
+            except (OSError, TimeoutError) as e:
+                raise ClusterError(
+                    f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: {e}"
+                ) from None
+            try:
+                client.wait_for_workers(n_workers, timeout=cfg.get("connect_timeout_s", 10))
+            except TimeoutError:
+                have = len(client.scheduler_info()["workers"])
+                raise ClusterError(
+                    f"the scheduler at {cfg['address']} has {have} worker(s), "
+                    f"cluster.n_workers={n_workers} needed"
+                ) from None
+        stack.callback(_teardown, client, run_id)
+        workers = sorted(client.scheduler_info()["workers"])[:n_workers]
+        yield Session(
+            client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
+        )
+
+
+def _preload_forkserver() -> None:
+    """Workers forked from a server that has imported torch and the engine once start in a
+    fraction of a second, instead of each importing torch itself."""
+    ctx = get_mp_context()  # distributed sets its own preload list here, first
+    ctx.set_forkserver_preload(["distributed", "numpy", "torch", "dcoded.engine.tasks"])
+
+
+def _teardown(client: Client, run_id: str) -> None:
+    with contextlib.suppress(Exception):
+        client.run(tasks.teardown, run_id)

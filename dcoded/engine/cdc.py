@@ -1,0 +1,113 @@
+"""CDC-SSGD on Dask futures: map, coded (or uncoded) shuffle, reduce, update, all-gather.
+
+Every task is pinned to its worker (``workers=[...]``, ``allow_other_workers=False``). A
+worker's map output stays where it was computed; only packets (``pkt``/``unc``), reduced
+segments across clusters (``red``) and updated segments (``seg``) move, worker to worker, as
+Dask dependencies. The next step's maps depend on the owners' updated segments, so the
+all-gather is peer to peer and the driver only submits work and collects metrics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcoded.coding import uncoded_sender
+from dcoded.engine import tasks
+from dcoded.engine.driving import Clock, after_step, pinned, steps_per_epoch, wait_all
+from dcoded.engine.record import TrainingLog
+from dcoded.engine.replica import Replica
+from dcoded.engine.spec import RunSpec
+from dcoded.engine.tasks import task_key
+
+
+def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: list) -> list:
+    """Submit one CDC step; return the futures of the updated segments, one per worker."""
+    p, run = spec.placement, spec.run_id
+    K = spec.n_workers
+
+    def submit(fn, rank, kind, *args, key_parts=()):
+        return client.submit(
+            fn,
+            run,
+            rank,
+            step,
+            *args,
+            key=task_key(run, kind, step, *key_parts, rank),
+            **pinned(workers[rank]),
+        )
+
+    maps = {}
+    for j in range(K):
+        c = p.cluster_of(j)
+        owners = [segments[p.global_id(c, i)] for i in range(p.g)]
+        maps[j] = submit(tasks.cdc_map, j, "map", *owners)
+
+    received: dict[int, dict] = {k: {} for k in range(K)}
+    for c in range(p.n_clusters):
+        for group in p.groups:
+            if spec.shuffle == "coded":
+                for j in group:
+                    sender = p.global_id(c, j)
+                    packet = submit(
+                        tasks.cdc_encode, sender, "pkt", group, maps[sender], key_parts=(group,)
+                    )
+                    for k in group:
+                        if k != j:
+                            received[p.global_id(c, k)][(group, j)] = packet
+            else:
+                for k in group:
+                    sender = p.global_id(c, uncoded_sender(group, k))
+                    value = submit(
+                        tasks.cdc_uncoded,
+                        sender,
+                        "unc",
+                        group,
+                        k,
+                        maps[sender],
+                        key_parts=(group, k),
+                    )
+                    received[p.global_id(c, k)][group] = value
+
+    if p.n_clusters == 1:
+        return [submit(tasks.cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
+    reduced = [submit(tasks.cdc_reduce, k, "red", maps[k], received[k]) for k in range(K)]
+    updated = []
+    for k in range(K):
+        replicas = [reduced[p.global_id(c, p.local(k))] for c in range(p.n_clusters)]
+        updated.append(submit(tasks.cdc_update, k, "seg", *replicas))
+    return updated
+
+
+def train_cdc(
+    spec: RunSpec,
+    client,
+    workers: list[str],
+    log: TrainingLog,
+    reference: Replica,
+    progress=None,
+    theta0: np.ndarray | None = None,
+) -> np.ndarray:
+    """Run ``spec.steps`` CDC steps; return the final ``θ`` (gathered from cluster 0)."""
+    run, p = spec.run_id, spec.placement
+    segments = [
+        client.submit(
+            tasks.setup, run, k, spec, theta0, key=task_key(run, "seg", -1, k), **pinned(workers[k])
+        )
+        for k in range(spec.n_workers)
+    ]
+    wait_all(segments, spec, "worker setup")
+    log.pull(client)  # setup's records are not training
+
+    def theta() -> np.ndarray:
+        return np.concatenate(client.gather(segments[: p.g], direct=True))
+
+    per_epoch = steps_per_epoch(len(reference.data.y_train), spec.batch_size)
+    clock = Clock()
+    for step in range(spec.steps):
+        t0 = clock.now()
+        segments = submit_step(client, spec, workers, step, segments)
+        wait_all(segments, spec, f"step {step}")
+        t1 = clock.now()
+        log.driver_step(step, epoch=step // per_epoch, wall_s=t1, step_s=t1 - t0)
+        after_step(step, spec, log, clock, theta, reference.evaluate, client, progress)
+    return theta()

@@ -1,0 +1,165 @@
+"""What happened, step by step: phase times, bytes and losses, merged from the driver, the
+workers' task records and the workers' Dask transfer logs.
+
+Per step, a phase time is the largest total any worker spent in it (the step waits for the
+slowest); ``shuffle`` and ``params`` are the wall time of the exchange itself, from the first
+transfer of the step's packets (segments) to start to the last one to end, as the receiving
+workers logged them. Bytes per worker are the step's totals divided by ``K``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from dcoded.engine import tasks
+
+PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
+BYTE_FIELDS = ("multicast", "unicast", "params", "dask")
+#: Dask keys of the gradient exchange and of the parameter distribution, by kind.
+SHUFFLE_KINDS = frozenset({"pkt", "unc", "red", "grad"})
+PARAM_KINDS = frozenset({"seg"})
+
+HISTORY_COLUMNS = [
+    "step",
+    "epoch",
+    "wall_s",
+    "step_s",
+    "train_loss",
+    "test_accuracy",
+    "test_loss",
+    *(f"{p}_s" for p in PHASES),
+    *(f"bytes_{b}" for b in BYTE_FIELDS),
+    "staleness_mean",
+    "staleness_max",
+]
+
+
+class TrainingLog:
+    """Collects per-step facts; :meth:`history` and :meth:`time_medians` summarise them."""
+
+    def __init__(self, run_id: str, n_workers: int, batch_size: int, peers: set[str] | None):
+        self.run_id = run_id
+        self.n_workers = n_workers
+        self.batch_size = batch_size
+        #: Dask transfers count only when sent to these addresses (None: to anyone).
+        self.peers = peers
+        self.rows: dict[int, dict] = {}
+        self._phase = defaultdict(lambda: defaultdict(float))  # (step, phase) -> rank -> s
+        self._bytes = defaultdict(float)  # (step, field) -> bytes, all workers
+        self._loss = defaultdict(float)
+        self._windows = defaultdict(lambda: [float("inf"), float("-inf")])  # (step, phase)
+        self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
+
+    # ------------------------------------------------------------------ inputs
+    def driver_step(self, step: int, **fields) -> None:
+        """Facts the driver knows: epoch, wall_s, step_s, and for the parameter-server
+        algorithms the phases, bytes and loss it measured itself."""
+        self.rows.setdefault(step, {"step": step}).update(fields)
+
+    def add_phase(self, step: int, phase: str, rank, seconds: float) -> None:
+        self._phase[(step, phase)][rank] += seconds
+
+    def add_bytes(self, step: int, field: str, nbytes: float) -> None:
+        self._bytes[(step, field)] += nbytes
+
+    def add_loss(self, step: int, loss_sum: float) -> None:
+        self._loss[step] += loss_sum
+
+    def evaluation(self, step: int, accuracy: float, loss: float) -> None:
+        self.rows.setdefault(step, {"step": step}).update(test_accuracy=accuracy, test_loss=loss)
+
+    def pull(self, client) -> None:
+        """Drain the workers' task records and transfer logs (cheap; call every few steps)."""
+        for reply in client.run(tasks.pull, self.run_id).values():
+            for rec in reply["records"]:
+                self._add_record(rec)
+            for e in reply["out"]:
+                if self.peers is None or e["who"] in self.peers:
+                    self._add_transfer_bytes(e)
+            for e in reply["in"]:
+                self._add_transfer_window(e)
+
+    def _add_record(self, rec: dict) -> None:
+        step = rec["step"]
+        self.add_phase(step, rec["phase"], rec["rank"], rec["stop"] - rec["start"])
+        for field in ("multicast", "unicast", "params"):
+            if field in rec:
+                self.add_bytes(step, field, rec[field])
+        if "loss" in rec:
+            self.add_loss(step, rec["loss"])
+
+    def _attribute(self, key) -> tuple[str, int] | None:
+        """``(kind, step)`` a transferred key belongs to, or ``None`` if not this run's
+        training traffic. Segments updated in step ``s`` are all-gathered for step ``s+1``."""
+        parsed = tasks.parse_key(key)
+        if not parsed or parsed[0] != self.run_id:
+            return None
+        _, kind, step = parsed
+        if kind in PARAM_KINDS:
+            return kind, step + 1
+        return (kind, step) if kind in SHUFFLE_KINDS else None
+
+    def _add_transfer_bytes(self, entry: dict) -> None:
+        for key, nbytes in entry["keys"].items():
+            found = self._attribute(key)
+            if found:
+                self.add_bytes(found[1], "dask", nbytes)
+                self.dask_by_kind[found[0]] += nbytes
+
+    def _add_transfer_window(self, entry: dict) -> None:
+        for key in entry["keys"]:
+            found = self._attribute(key)
+            if found:
+                phase = "params" if found[0] in PARAM_KINDS else "shuffle"
+                w = self._windows[(found[1], phase)]
+                w[0], w[1] = min(w[0], entry["start"]), max(w[1], entry["stop"])
+
+    # ------------------------------------------------------------------ outputs
+    def history(self) -> list[dict]:
+        """One row per step (``HISTORY_COLUMNS``), ``None`` where a value does not apply."""
+        out = []
+        for step in sorted(self.rows):
+            row = dict.fromkeys(HISTORY_COLUMNS)
+            row.update(self.rows[step])
+            for phase in PHASES:
+                key = f"{phase}_s"
+                if row.get(key) is not None:
+                    continue
+                per_rank = self._phase.get((step, phase))
+                window = self._windows.get((step, phase))
+                if per_rank:
+                    row[key] = max(per_rank.values())
+                elif window:
+                    row[key] = window[1] - window[0]
+            for field in BYTE_FIELDS:
+                key = f"bytes_{field}"
+                if row.get(key) is None and (step, field) in self._bytes:
+                    row[key] = self._bytes[(step, field)] / self.n_workers
+            if row.get("train_loss") is None and step in self._loss:
+                row["train_loss"] = self._loss[step] / self.batch_size
+            out.append(row)
+        return out
+
+    def time_medians(self, rows: list[dict]) -> dict[str, float]:
+        return {p: _median(rows, f"{p}_s") for p in ("step", *PHASES)}
+
+    def bytes_means(self, rows: list[dict], exchanged: bool = True) -> dict[str, float | None]:
+        """Mean over steps of each byte count per worker; a step with no record of a count
+        moved none (``exchanged=False``: nothing is ever exchanged, every count is ``None``)."""
+        if not exchanged or not rows:
+            return dict.fromkeys(BYTE_FIELDS)
+        return {b: statistics.fmean(r.get(f"bytes_{b}") or 0.0 for r in rows) for b in BYTE_FIELDS}
+
+    def dask_by_kind_means(self, n_steps: int) -> dict[str, float]:
+        """Dask bytes per worker per step, split by what moved (``seg``, ``pkt``, ...)."""
+        return {k: v / (self.n_workers * n_steps) for k, v in sorted(self.dask_by_kind.items())}
+
+
+def _values(rows, key):
+    return [r[key] for r in rows if r.get(key) is not None and r.get("step", 0) >= 0]
+
+
+def _median(rows, key):
+    v = _values(rows, key)
+    return statistics.median(v) if v else 0.0

@@ -1,0 +1,43 @@
+"""Everything a worker needs to build its replica, as plain data (picklable, no Hydra)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from dcoded.coding import Placement
+
+ALGORITHMS = ("cdc", "serial", "ssgd", "asgd")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run, independent of Hydra.
+
+    ``dataset``, ``model`` and ``optimizer`` are plain dicts (the config groups of the same
+    names); ``optimizer`` is a Hydra ``_partial_`` config of a ``torch.optim`` class.
+    """
+
+    algorithm: str
+    n_workers: int
+    batch_size: int
+    steps: int
+    dataset: Mapping
+    model: Mapping
+    optimizer: Mapping
+    redundancy: int = 1
+    group_size: int | None = None
+    shuffle: str = "coded"
+    seed: int = 0
+    eval_every: int = 50
+    torch_threads: int = 1
+    run_id: str = "run"
+    step_timeout_s: float = 300.0
+    extra: Mapping = field(default_factory=dict)
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.n_workers, self.redundancy, self.group_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,271 @@
+"""Functions that run on the Dask workers (module level, so they pickle by reference).
+
+A worker keeps its replica (model, data, optimizer shard) in a process-local registry keyed by
+``(run_id, rank)``; the futures between tasks carry only what moves: segments of ``θ``,
+sub-batch gradients (which never leave the worker that computed them), packets and reduced
+segments. Every task records where its time went; the driver drains these records with
+:func:`pull` through ``client.run``.
+
+Task keys are ``"{run_id}/{kind}/{step}/..."`` so the transfer logs can be attributed to a
+step and a kind (``seg``: all-gather, ``pkt``/``unc``: shuffle, ``red``: cross-cluster sum,
+``grad``: gradient to the parameter server).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from dcoded.coding import (
+    Placement,
+    array_split_slices,
+    decode_value,
+    encode_packet,
+    label_without,
+    sum_in_order,
+)
+from dcoded.engine.replica import Replica
+from dcoded.engine.spec import RunSpec
+from dcoded.optim import SegmentOptimizer
+
+_LOCK = threading.Lock()
+_STATES: dict[tuple[str, int], WorkerState] = {}
+_RECORDS: dict[str, list[dict]] = defaultdict(list)
+
+
+@dataclass
+class WorkerState:
+    spec: RunSpec
+    rank: int
+    replica: Replica
+    placement: Placement
+    segments: list[slice]
+    optimizer: SegmentOptimizer | None = None
+
+    @property
+    def local(self) -> int:
+        return self.placement.local(self.rank)
+
+    @property
+    def cluster(self) -> int:
+        return self.placement.cluster_of(self.rank)
+
+
+def _state(run_id: str, rank: int) -> WorkerState:
+    try:
+        return _STATES[(run_id, rank)]
+    except KeyError:
+        raise RuntimeError(
+            f"worker for rank {rank} of run {run_id} has no replica (was it restarted?)"
+        ) from None
+
+
+def _record(run_id: str, **fields) -> None:
+    with _LOCK:
+        _RECORDS[run_id].append(fields)
+
+
+def task_key(run_id: str, kind: str, step: int, *parts) -> str:
+    tail = "/".join("-".join(map(str, p)) if isinstance(p, tuple) else str(p) for p in parts)
+    return f"{run_id}/{kind}/{step}" + (f"/{tail}" if tail else "")
+
+
+def parse_key(key) -> tuple[str, str, int] | None:
+    """``(run_id, kind, step)`` of a key made by :func:`task_key`, else ``None``."""
+    if not isinstance(key, str):
+        return None
+    parts = key.split("/")
+    if len(parts) < 3 or not parts[2].lstrip("-").isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+# --------------------------------------------------------------------------- setup / teardown
+
+
+def setup(run_id: str, rank: int, spec: RunSpec, theta: np.ndarray | None = None) -> np.ndarray:
+    """Build the replica of ``rank``; return its own segment of ``θ`` (CDC) or all of ``θ``.
+
+    ``theta`` (optional) restarts from given parameters instead of the seeded initialisation.
+    """
+    replica = Replica(spec)
+    if theta is not None:
+        replica.set_theta(theta)
+    placement = spec.placement
+    state = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
+    if spec.algorithm == "cdc":
+        own = replica.theta[state.segments[state.local]]
+        state.optimizer = SegmentOptimizer(own, spec.optimizer)
+        result = own.copy()
+    else:
+        result = np.zeros(0, np.float32)
+    with _LOCK:
+        _STATES[(run_id, rank)] = state
+    return result
+
+
+def teardown(run_id: str, dask_worker=None) -> int:
+    """Drop every replica and record of ``run_id`` in this process."""
+    with _LOCK:
+        gone = [k for k in _STATES if k[0] == run_id]
+        for k in gone:
+            del _STATES[k]
+        _RECORDS.pop(run_id, None)
+    return len(gone)
+
+
+def pull(run_id: str, dask_worker=None) -> dict:
+    """Drain this process's task records of ``run_id`` and the worker's transfer-log entries
+    not pulled before (run through ``client.run``)."""
+    with _LOCK:
+        records = _RECORDS.pop(run_id, [])
+    out, inc, total = [], [], 0
+    if dask_worker is not None:
+        out = _unseen(dask_worker.transfer_outgoing_log, run_id)
+        inc = _unseen(dask_worker.transfer_incoming_log, run_id)
+        total = int(dask_worker.transfer_outgoing_bytes_total)
+    return {"records": records, "out": out, "in": inc, "out_total": total}
+
+
+def _unseen(log, run_id: str) -> list[dict]:
+    """Entries of a Dask transfer log this run has not pulled yet (each is marked once)."""
+    mark = f"dcoded-pulled-{run_id}"
+    fresh = []
+    for e in list(log):
+        if not e.get(mark):
+            e[mark] = True
+            fresh.append(_log_entry(e))
+    return fresh
+
+
+def _log_entry(e: dict) -> dict:
+    return {
+        "start": float(e["start"]),
+        "stop": float(e["stop"]),
+        "who": str(e.get("who")),
+        "keys": {str(k): int(v) for k, v in e.get("keys", {}).items()},
+    }
+
+
+# --------------------------------------------------------------------------- CDC
+
+
+def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
+    """Map: the summed gradient ``g_T`` of every sub-batch ``T`` this worker holds, at the
+    ``θ`` assembled from the owners' segments."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    st.replica.set_theta(np.concatenate(segments))
+    _, idx = st.replica.step_samples(step)
+    slices = st.placement.sub_batch_slices(st.spec.batch_size)[st.cluster]
+    grads, loss = {}, 0.0
+    for t, label in enumerate(st.placement.sub_batches):
+        if st.local in label:
+            grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
+            if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
+                loss += sub_loss
+    _record(run_id, step=step, rank=rank, phase="map", start=t0, stop=time.time(), loss=loss)
+    return grads
+
+
+def cdc_encode(run_id: str, rank: int, step: int, group: tuple, grads: dict) -> np.ndarray:
+    """Coded shuffle: the packet ``P(S, j)`` of this worker in group ``S`` (uint32)."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    packet = encode_packet(group, st.local, grads, st.segments)
+    r = len(group) - 1
+    _record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="encode",
+        start=t0,
+        stop=time.time(),
+        multicast=packet.nbytes,
+        unicast=packet.nbytes * r,
+    )
+    return packet
+
+
+def cdc_uncoded(run_id: str, rank: int, step: int, group: tuple, receiver: int, grads: dict):
+    """Uncoded shuffle: ``v(S, k)`` sent whole by one holder (float32)."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    value = grads[label_without(group, receiver)][st.segments[receiver]].copy()
+    _record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="encode",
+        start=t0,
+        stop=time.time(),
+        multicast=value.nbytes,
+        unicast=value.nbytes,
+    )
+    return value
+
+
+def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -> np.ndarray:
+    """Decode what this owner lacks and reduce its segment ``G[k] = Σ_T g_T[k]`` (fixed order).
+
+    ``received`` maps ``(S, sender)`` to a packet (coded) or ``S`` to ``v(S, k)`` (uncoded).
+    """
+    t0 = time.time()
+    st = _state(run_id, rank)
+    k, seg, p = st.local, st.segments[st.local], st.placement
+    decoded = {}
+    for group in p.groups_of(k):
+        if st.spec.shuffle == "coded":
+            packets = {j: received[(group, j)] for j in group if j != k}
+            value = decode_value(group, k, packets, grads, st.segments)
+        else:
+            value = received[group]
+        decoded[label_without(group, k)] = value
+    reduced = sum_in_order([grads[t][seg] if k in t else decoded[t] for t in p.sub_batches])
+    extra = {}
+    if p.n_clusters > 1:  # the reduced segment goes to the other clusters' owners
+        extra = {"multicast": reduced.nbytes, "unicast": reduced.nbytes * (p.n_clusters - 1)}
+    _record(run_id, step=step, rank=rank, phase="decode", start=t0, stop=time.time(), **extra)
+    return reduced
+
+
+def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.ndarray:
+    """Sum the clusters' reduced segments (cluster order), apply the optimizer shard with
+    ``G[k] / B``, and return the updated segment (the next maps all-gather it)."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    segment = st.optimizer.step(sum_in_order(list(reduced)), st.spec.batch_size)
+    _record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="update",
+        start=t0,
+        stop=time.time(),
+        params=segment.nbytes * (st.placement.g - 1),
+    )
+    return segment
+
+
+def cdc_reduce_update(run_id: str, rank: int, step: int, grads: dict, received: dict):
+    """:func:`cdc_reduce` then :func:`cdc_update` in one task, when there is one cluster and
+    so nothing to sum across clusters (one task fewer per worker and step)."""
+    return cdc_update(run_id, rank, step, cdc_reduce(run_id, rank, step, grads, received))
+
+
+# --------------------------------------------------------------------------- parameter server
+
+
+def ps_grad(run_id: str, rank: int, step: int, part: int, theta: np.ndarray) -> dict:
+    """Gradient (summed) of part ``part`` of ``K`` of step ``step``'s samples at ``θ``."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    st.replica.set_theta(theta)
+    _, idx = st.replica.step_samples(step)
+    n = st.spec.n_workers
+    grad, loss = st.replica.grad_sum(idx[array_split_slices(len(idx), n)[part]])
+    return {"grad": grad, "loss": loss, "start": t0, "stop": time.time(), "rank": rank}

@@ -1,0 +1,315 @@
+"""``run(cfg) -> summary``: one training run from a config, usable with or without Hydra.
+
+Everything that can be checked is checked before any cluster starts: the algorithm, the
+layout ``(K, r, g)``, the batch against ``C(g, r)`` sub-batches, the dataset files, the model
+against the data, the optimizer. The run writes ``summary.json`` and ``history.csv`` into its
+output directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+import platform
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import dask
+import distributed
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
+from dcoded.coding import loads
+from dcoded.data import DatasetError, check_dataset
+from dcoded.engine.cdc import train_cdc
+from dcoded.engine.driving import Progress, StepTimeout
+from dcoded.engine.ps import train_asgd, train_ssgd
+from dcoded.engine.record import HISTORY_COLUMNS, TrainingLog
+from dcoded.engine.replica import Replica, param_sha256
+from dcoded.engine.serial import train_serial
+from dcoded.engine.spec import ALGORITHMS, RunSpec
+from dcoded.models import MODELS
+from dcoded.optim import check_optimizer
+
+TRAINERS = {"cdc": train_cdc, "serial": train_serial, "ssgd": train_ssgd, "asgd": train_asgd}
+SHUFFLES = ("coded", "uncoded")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names it and says what is allowed."""
+
+
+#: Errors that end a run with one clear line instead of a traceback.
+CLEAN_ERRORS = (ConfigError, DatasetError, ClusterError, StepTimeout)
+
+
+_CONFIG_PREFIX = {
+    "redundancy": "coding.",
+    "group_size": "coding.",
+    "batch_size": "train.",
+    "n_workers": "cluster.",
+}
+
+
+def config_names(message: str) -> str:
+    """Name settings in ``dcoded.coding`` errors as the config does (``coding.redundancy=``)."""
+    return re.sub(
+        r"(?<![.\w])(redundancy|group_size|batch_size|n_workers)=",
+        lambda m: f"{_CONFIG_PREFIX[m[1]]}{m[1]}=",
+        message,
+    )
+
+
+def _plain(cfg) -> dict:
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica]:
+    """Validate ``cfg`` and build the run's :class:`RunSpec` and the driver's own replica (the
+    evaluator, and the serial/parameter-server model). Raises :class:`ConfigError` or
+    :class:`~dcoded.data.DatasetError`; starts nothing."""
+    c = _plain(cfg)
+    algorithm = c.get("algorithm", {}).get("name")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known: choose one of {ALGORITHMS}")
+    train, coding, cluster = c.get("train", {}), c.get("coding", {}), c.get("cluster", {})
+    n_workers = cluster.get("n_workers")
+    try:
+        check_cluster_config(cluster, n_workers)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    model = c.get("model", {})
+    if model.get("name") not in MODELS:
+        raise ConfigError(f"model={model.get('name')!r} is not known: choose one of {MODELS}")
+    shuffle = coding.get("shuffle", "coded")
+    if shuffle not in SHUFFLES:
+        raise ConfigError(f"coding.shuffle={shuffle!r} is not allowed: choose one of {SHUFFLES}")
+    batch = train.get("batch_size")
+    if not isinstance(batch, int) or batch < 1:
+        raise ConfigError(f"train.batch_size={batch!r} is not allowed: it must be an integer >= 1")
+    uses_placement = algorithm in ("cdc", "serial")
+    r = coding.get("redundancy", 1) if uses_placement else 1
+    g = coding.get("group_size") if uses_placement else None
+    spec = RunSpec(
+        algorithm=algorithm,
+        n_workers=n_workers,
+        batch_size=batch,
+        steps=1,
+        dataset=c.get("dataset", {}),
+        model=model,
+        optimizer=c.get("optimizer", {}),
+        redundancy=r,
+        group_size=g,
+        shuffle=shuffle,
+        seed=int(train.get("seed", 0)),
+        eval_every=int(train.get("eval_every", 50) or 0),
+        torch_threads=int(cluster.get("torch_threads", 1)),
+        run_id="dc" + uuid.uuid4().hex[:10],
+        step_timeout_s=float(train.get("step_timeout_s", 300)),
+    )
+    try:
+        placement = spec.placement
+        if uses_placement:
+            placement.check_batch(batch)
+    except ValueError as e:
+        raise ConfigError(config_names(str(e))) from None
+    if not uses_placement and batch < n_workers:
+        raise ConfigError(
+            f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
+            f"it must be >= {n_workers} (B/K samples per worker)"
+        )
+    try:
+        check_optimizer(spec.optimizer)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_dataset(spec.dataset)
+    reference = Replica(spec)  # loads the data and builds the model on the driver
+    n_train = len(reference.data.y_train)
+    if batch > n_train:
+        raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
+    steps, epochs = train.get("steps"), train.get("epochs")
+    if epochs:
+        steps = int(epochs) * (n_train // batch)
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"train.steps={steps!r} is not allowed: it must be an integer >= 1")
+    spec = RunSpec(**{**spec.to_dict(), "steps": steps})
+    reference.spec = spec
+    return spec, reference
+
+
+def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None = None) -> dict:
+    """Train as ``cfg`` says; write ``summary.json`` and ``history.csv`` to ``out_dir`` (if
+    given) and return the summary.
+
+    >>> from dcoded.config import compose_config  # doctest: +SKIP
+    >>> summary = run(compose_config(["train.steps=20"]))  # doctest: +SKIP
+    """
+    spec, reference = build_spec(cfg)
+    c = _plain(cfg)
+    show = c.get("progress", True) if progress is None else progress
+    bar = Progress(spec.steps, spec.algorithm) if show else None
+    started = dt.datetime.now(dt.timezone.utc)
+    train_fn = TRAINERS[spec.algorithm]
+    try:
+        if spec.algorithm == "serial":
+            log = TrainingLog(spec.run_id, 1, spec.batch_size, peers=None)
+            theta = train_fn(spec, None, [], log, reference, bar)
+            cluster_info = {"kind": "none", "workers": []}
+        else:
+            with open_cluster(c["cluster"], spec.n_workers, spec.run_id) as session:
+                if session.dashboard:
+                    print(f"dashboard: {session.dashboard}")
+                peers = set(session.workers) if spec.algorithm == "cdc" else None
+                log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers)
+                theta = train_fn(spec, session.client, session.workers, log, reference, bar)
+                cluster_info = {"kind": session.kind, "workers": session.workers}
+    finally:
+        if bar is not None:
+            bar.close()
+    rows = log.history()
+    summary = make_summary(spec, reference, log, rows, theta, cluster_info, started)
+    if out_dir is not None:
+        write_outputs(Path(out_dir), summary, rows, theta)
+    return summary
+
+
+def theory(spec: RunSpec, d: int) -> dict:
+    """Closed-form bytes per worker per step (DESIGN §3) for the gradient exchange and the
+    parameter distribution."""
+    K = spec.n_workers
+    if spec.algorithm in ("cdc", "serial"):
+        exchange = loads.shuffle(K, spec.redundancy, spec.group_size, spec.shuffle == "coded")
+        params = loads.allgather(spec.placement.g).unicast
+    else:
+        exchange, down = loads.parameter_server(K)
+        params = down.unicast
+    b = exchange.bytes(d)
+    return {"multicast": b.multicast, "unicast": b.unicast, "params": params * d * 4}
+
+
+def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> dict:
+    d = reference.n_params
+    last = rows[-1] if rows else {}
+    times = log.time_medians(rows)
+    means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
+    th = theory(spec, d)
+    placed = spec.algorithm in ("cdc", "serial")
+    stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
+    summary = {
+        "algorithm": spec.algorithm,
+        "n_workers": spec.n_workers,
+        "redundancy": spec.redundancy if placed else None,
+        "group_size": spec.placement.g if placed else None,
+        "shuffle": spec.shuffle if placed else None,
+        "model": spec.model["name"],
+        "dataset": spec.dataset["name"],
+        "batch_size": spec.batch_size,
+        "steps": spec.steps,
+        "seed": spec.seed,
+        "n_params": d,
+        "final": {
+            "test_accuracy": last.get("test_accuracy"),
+            "test_loss": last.get("test_loss"),
+            "train_loss": last.get("train_loss"),
+        },
+        "time_s": {
+            "total": last.get("wall_s", 0.0),
+            "step_median": times["step"],
+            **{p: times[p] for p in ("map", "encode", "shuffle", "decode", "update")},
+            "params": times["params"],
+        },
+        "bytes_per_worker": {
+            "multicast": means["multicast"],
+            "unicast": means["unicast"],
+            "theory_multicast": th["multicast"],
+            "theory_unicast": th["unicast"],
+            "params": means["params"],
+            "theory_params": th["params"],
+            "dask_transfer": means["dask"],
+            "dask_transfer_by_kind": log.dask_by_kind_means(len(rows)) if rows else {},
+            "wire": None,
+        },
+        "param_sha256": param_sha256(theta),
+        "staleness_mean": float(np.mean(stale)) if stale else None,
+        "environment": {
+            "cores": available_cores(),
+            "torch_threads": spec.torch_threads,
+            "cluster": cluster_info["kind"],
+            "workers": cluster_info["workers"],
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "numpy": np.__version__,
+        },
+        "started": started.isoformat(timespec="seconds"),
+        "n_sub_batches": math.comb(spec.placement.g, spec.redundancy) if placed else None,
+    }
+    return summary
+
+
+def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndarray) -> None:
+    """``summary.json``, ``history.csv`` and the final parameters ``theta.npy`` (float32), each
+    written to a temporary name then renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "theta.npy.tmp", "wb") as f:
+        np.save(f, np.asarray(theta, dtype="<f4"))
+    (out_dir / "theta.npy.tmp").replace(out_dir / "theta.npy")
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out_dir / "summary.json")
+    tmp = out_dir / "history.csv.tmp"
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    tmp.replace(out_dir / "history.csv")
+
+
+def format_results(summary: dict) -> str:
+    """The short results table printed at the end of a run."""
+    t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
+    head = f"{summary['algorithm']}  K={summary['n_workers']}"
+    if summary["redundancy"] is not None:
+        head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
+    head += (
+        f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
+        f"  {summary['steps']} steps x B={summary['batch_size']}"
+        f"  [{summary['environment']['cores']} cores, "
+        f"{summary['environment']['torch_threads']} torch thread(s) per worker]"
+    )
+
+    def ms(x):
+        return f"{1e3 * x:8.2f}"
+
+    def nb(x):
+        return "       -" if x is None else f"{x:12,.0f}"
+
+    acc = f["test_accuracy"]
+    lines = [
+        head,
+        f"  test accuracy {acc:.4f}   test loss {f['test_loss']:.4f}   "
+        f"train loss {f['train_loss']:.4f}   wall {t['total']:.2f} s",
+        "  time per step, median ms:",
+        "    "
+        + "  ".join(
+            f"{k} {ms(t[k]).strip()}"
+            for k in ("step_median", "map", "encode", "shuffle", "decode", "update", "params")
+        ),
+        "  bytes per worker per step:      measured       theory",
+        f"    gradient exchange, multicast {nb(b['multicast'])} {nb(b['theory_multicast'])}",
+        f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
+        f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
+        f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
+        f"  param_sha256 {summary['param_sha256'][:16]}…",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""Shared fixtures: tiny configs composed exactly as ``python -m dcoded`` composes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from dcoded.config import compose_config
+from dcoded.run import run
+
+#: Small and fast: in-process Dask workers, a tiny MLP, a few steps.
+TINY = [
+    "progress=false",
+    "cluster.processes=false",
+    "model.hidden=[16]",
+    "train.batch_size=24",
+    "train.steps=3",
+    "train.eval_every=0",
+]
+
+
+def tiny_config(*overrides: str):
+    return compose_config([*TINY, *overrides])
+
+
+@pytest.fixture
+def train():
+    """``train(*overrides, out_dir=None) -> summary`` for a tiny run."""
+
+    def _train(*overrides: str, out_dir=None):
+        return run(tiny_config(*overrides), out_dir=out_dir)
+
+    return _train

@@ -1,0 +1,110 @@
+"""Bad settings end before any cluster starts, with one line naming the setting."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcoded.run
+from dcoded.data import DatasetError
+from dcoded.run import ConfigError, run
+from tests.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started for a config that cannot work")
+
+    monkeypatch.setattr(dcoded.run, "open_cluster", refuse)
+
+
+@pytest.mark.parametrize(
+    "overrides,needles",
+    [
+        (["coding.redundancy=5"], ["coding.redundancy=5", "1..4"]),
+        (["coding.redundancy=0"], ["coding.redundancy=0", "1..4"]),
+        (["coding.group_size=3"], ["coding.group_size=3", "[1, 2, 4]"]),
+        (["coding.group_size=2", "coding.redundancy=3"], ["coding.redundancy=3", "1..2"]),
+        (["train.batch_size=5"], ["train.batch_size=5", ">= 6"]),
+        (["cluster.n_workers=6", "coding.group_size=3", "train.batch_size=5"], [">= 6"]),
+        (["algorithm.name=sgd"], ["algorithm='sgd'", "cdc"]),
+        (["coding.shuffle=xor"], ["coding.shuffle='xor'", "uncoded"]),
+        (["model.name=rnn"], ["model='rnn'", "dnn"]),
+        (["cluster.n_workers=0"], ["cluster.n_workers=0"]),
+        (["cluster.kind=slurm"], ["cluster.kind='slurm'"]),
+        (["algorithm=ssgd", "cluster.n_workers=4", "train.batch_size=3"], [">= 4"]),
+        (["train.steps=0"], ["train.steps=0"]),
+        (["train.batch_size=5000"], ["train.batch_size=5000", "1500"]),
+        (["optimizer.momentum=-1"], ["optimizer"]),
+    ],
+)
+def test_bad_settings_fail_before_any_cluster(overrides, needles):
+    with pytest.raises(ConfigError) as err:
+        run(tiny_config(*overrides))
+    message = str(err.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message
+
+
+def _write_idx(path: Path, magic: int, dims: tuple[int, ...], payload: bytes, gz=False):
+    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims)
+    opener = gzip.open if gz else open
+    with opener(path, "wb") as f:
+        f.write(header + payload)
+
+
+def test_missing_dataset_names_the_path(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(DatasetError) as err:
+        run(tiny_config("dataset=mnist", f"dataset.path={missing}"))
+    assert str(missing) in str(err.value)
+    assert "train-images-idx3-ubyte" in str(err.value)
+
+
+def test_truncated_idx_names_the_file(tmp_path):
+    n = 5
+    _write_idx(tmp_path / "train-images-idx3-ubyte", 0x803, (n, 28, 28), bytes(n * 784 - 7))
+    _write_idx(tmp_path / "train-labels-idx1-ubyte", 0x801, (n,), bytes(n))
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte", 0x803, (n, 28, 28), bytes(n * 784))
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte", 0x801, (n,), bytes(n))
+    with pytest.raises(DatasetError) as err:
+        run(tiny_config("dataset=mnist", f"dataset.path={tmp_path}"))
+    assert "train-images-idx3-ubyte" in str(err.value)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dcoded", *args, "hydra.run.dir=" + str(ROOT / "outputs/_errors")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["coding.redundancy=7"], "coding.redundancy=7"),
+        (["dataset=mnist", "dataset.path=/nonexistent/mnist"], "/nonexistent/mnist"),
+    ],
+)
+def test_cli_prints_one_line_and_exits_nonzero(args, needle):
+    result = _cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_cli_unknown_algorithm_lists_the_choices():
+    result = _cli("algorithm=sgd")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "algorithm" in result.stderr and "cdc" in result.stderr
