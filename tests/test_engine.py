@@ -122,7 +122,7 @@ def test_bytes_match_closed_forms(train, K, r, g, shuffle):
     b = s["bytes_per_worker"]
     gg = g or K
     # each packet carries at most one float32 of padding over the mean piece length
-    n_packets = math.comb(gg - 1, r) if shuffle == "coded" else math.comb(gg - 1, r)
+    n_packets = math.comb(gg - 1, r)  # sent per worker on average, coded or uncoded
     pad = 4 * n_packets + 4 * (K // gg)
     assert abs(b["multicast"] - b["theory_multicast"]) <= pad
     assert abs(b["unicast"] - b["theory_unicast"]) <= r * pad
