@@ -22,6 +22,7 @@ from dcoded.engine import tasks
 #: Long enough that no transfer of a run is evicted between two pulls of the logs.
 TRANSFER_LOG_LENGTH = 100_000
 CLUSTER_KINDS = ("local", "address")
+CLOSE_TIMEOUT_S = 10
 
 
 class ClusterError(RuntimeError):
@@ -84,19 +85,19 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                     processes=processes,
                     dashboard_address="127.0.0.1:0" if cfg.get("dashboard") else None,
                     **where,
-                    silence_logs=getattr(logging, str(cfg.get("log_level", "error")).upper()),
+                    silence_logs=getattr(logging, str(cfg.get("log_level", "critical")).upper()),
                 )
             )
-            client = stack.enter_context(Client(cluster))
+            client = Client(cluster)
+            stack.callback(_close, client)
         else:
             try:
-                client = stack.enter_context(
-                    Client(cfg["address"], timeout=f"{cfg.get('connect_timeout_s', 10)}s")
-                )
+                client = Client(cfg["address"], timeout=f"{cfg.get('connect_timeout_s', 10)}s")
             except (OSError, TimeoutError) as e:
                 raise ClusterError(
                     f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: {e}"
                 ) from None
+            stack.callback(_close, client)
             try:
                 client.wait_for_workers(n_workers, timeout=cfg.get("connect_timeout_s", 10))
             except TimeoutError:
@@ -120,5 +121,13 @@ def _preload_forkserver() -> None:
 
 
 def _teardown(client: Client, run_id: str) -> None:
+    """Drop the run's replicas from the workers (they may be shared), if the scheduler is
+    still there: a dead one would hold ``client.run`` for its whole connect timeout."""
+    if client.status == "running":
+        with contextlib.suppress(Exception):
+            client.run(tasks.teardown, run_id, on_error="ignore")
+
+
+def _close(client: Client) -> None:
     with contextlib.suppress(Exception):
-        client.run(tasks.teardown, run_id)
+        client.close(timeout=CLOSE_TIMEOUT_S)

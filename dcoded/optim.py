@@ -44,13 +44,25 @@ class SegmentOptimizer:
         self.param.grad = None
         return self.value.copy()
 
-    def state_dict(self) -> dict:
-        return {"param": self.param.detach().clone(), "optimizer": self.optimizer.state_dict()}
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The optimizer's per-element state (``momentum_buffer``, ``exp_avg``, ...) and
+        scalars (``step``) as numpy arrays, for checkpoints."""
+        state = self.optimizer.state_dict()["state"]
+        if not state:
+            return {}
+        return {
+            k: np.array(torch.as_tensor(v).detach().numpy())
+            for k, v in state[0].items()
+            if v is not None
+        }
 
-    def load_state_dict(self, state: dict) -> None:
-        with torch.no_grad():
-            self.param.copy_(state["param"])
-        self.optimizer.load_state_dict(state["optimizer"])
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_arrays` returned (for this segment)."""
+        if not arrays:
+            return
+        sd = self.optimizer.state_dict()
+        sd["state"] = {0: {k: torch.tensor(np.array(v)) for k, v in arrays.items()}}
+        self.optimizer.load_state_dict(sd)
 
 
 def check_optimizer(cfg: Mapping) -> None:

@@ -8,7 +8,6 @@ output directory.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import math
@@ -24,16 +23,19 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from dcoded.checkpoint import Checkpoint, CheckpointError
+from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
 from dcoded.coding import loads
 from dcoded.data import DatasetError, check_dataset
 from dcoded.engine.cdc import train_cdc
-from dcoded.engine.driving import Progress, StepTimeout
+from dcoded.engine.driving import Context, Divergence, Progress, StepTimeout, WorkerLost
 from dcoded.engine.ps import train_asgd, train_ssgd
-from dcoded.engine.record import HISTORY_COLUMNS, TrainingLog
+from dcoded.engine.record import ReplicaMismatch, TrainingLog, write_history
 from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, RunSpec
+from dcoded.engine.tasks import ReplicaMissing
 from dcoded.models import MODELS
 from dcoded.optim import check_optimizer
 
@@ -46,7 +48,9 @@ class ConfigError(ValueError):
 
 
 #: Errors that end a run with one clear line instead of a traceback.
-CLEAN_ERRORS = (ConfigError, DatasetError, ClusterError, StepTimeout)
+#: Failures during training; their message gets the checkpoint to resume from.
+RUN_ERRORS = (StepTimeout, WorkerLost, Divergence, ReplicaMismatch, ReplicaMissing)
+CLEAN_ERRORS = (ConfigError, DatasetError, CheckpointError, ClusterError, *RUN_ERRORS)
 
 
 _CONFIG_PREFIX = {
@@ -72,10 +76,11 @@ def _plain(cfg) -> dict:
     return dict(cfg)
 
 
-def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica]:
+def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     """Validate ``cfg`` and build the run's :class:`RunSpec` and the driver's own replica (the
-    evaluator, and the serial/parameter-server model). Raises :class:`ConfigError` or
-    :class:`~dcoded.data.DatasetError`; starts nothing."""
+    evaluator, and the serial/parameter-server model), and the checkpoint to resume from.
+    Raises :class:`ConfigError`, :class:`~dcoded.data.DatasetError` or
+    :class:`~dcoded.checkpoint.CheckpointError`; starts nothing."""
     c = _plain(cfg)
     algorithm = c.get("algorithm", {}).get("name")
     if algorithm not in ALGORITHMS:
@@ -114,6 +119,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica]:
         torch_threads=int(cluster.get("torch_threads", 1)),
         run_id="dc" + uuid.uuid4().hex[:10],
         step_timeout_s=float(train.get("step_timeout_s", 300)),
+        checkpoint_every=int(train.get("checkpoint_every") or 0),
     )
     try:
         placement = spec.placement
@@ -142,43 +148,79 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica]:
         raise ConfigError(f"train.steps={steps!r} is not allowed: it must be an integer >= 1")
     spec = RunSpec(**{**spec.to_dict(), "steps": steps})
     reference.spec = spec
-    return spec, reference
+    resume = None
+    if train.get("resume"):
+        resume = load_checkpoint(train["resume"])
+        if len(resume.theta) != reference.n_params:
+            raise ConfigError(
+                f"train.resume={train['resume']}: the checkpoint has {len(resume.theta)} "
+                f"parameters, model={model['name']} here has {reference.n_params}"
+            )
+        if resume.step >= steps:
+            raise ConfigError(
+                f"train.resume={train['resume']}: the checkpoint is at step {resume.step}, "
+                f"train.steps={steps}: nothing left to run (raise train.steps)"
+            )
+    return spec, reference, resume
 
 
 def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None = None) -> dict:
-    """Train as ``cfg`` says; write ``summary.json`` and ``history.csv`` to ``out_dir`` (if
-    given) and return the summary.
+    """Train as ``cfg`` says; write ``summary.json``, ``history.csv`` and ``theta.npy`` to
+    ``out_dir`` (if given; checkpoints go there too) and return the summary.
+
+    A run that fails after training started keeps what it had: ``history.csv`` up to the
+    failure and the last checkpoint, which the error message names.
 
     >>> from dcoded.config import compose_config  # doctest: +SKIP
     >>> summary = run(compose_config(["train.steps=20"]))  # doctest: +SKIP
     """
-    spec, reference = build_spec(cfg)
+    spec, reference, resume = build_spec(cfg)
     c = _plain(cfg)
     show = c.get("progress", True) if progress is None else progress
-    bar = Progress(spec.steps, spec.algorithm) if show else None
+    run_dir = Path(out_dir) if out_dir is not None else None
+    start = resume.step if resume else 0
+    bar = Progress(spec.steps, spec.algorithm, initial=start) if show else None
     started = dt.datetime.now(dt.timezone.utc)
     train_fn = TRAINERS[spec.algorithm]
+    log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None)
+    ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
+    if resume:
+        log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
     try:
         if spec.algorithm == "serial":
-            log = TrainingLog(spec.run_id, 1, spec.batch_size, peers=None)
-            theta = train_fn(spec, None, [], log, reference, bar)
+            theta = train_fn(ctx)
             cluster_info = {"kind": "none", "workers": []}
         else:
             with open_cluster(c["cluster"], spec.n_workers, spec.run_id) as session:
                 if session.dashboard:
                     print(f"dashboard: {session.dashboard}")
-                peers = set(session.workers) if spec.algorithm == "cdc" else None
-                log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers)
-                theta = train_fn(spec, session.client, session.workers, log, reference, bar)
+                if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
+                    log.peers = set(session.workers)
+                ctx.client, ctx.workers = session.client, list(session.workers)
+                theta = train_fn(ctx)
                 cluster_info = {"kind": session.kind, "workers": session.workers}
+    except BaseException as e:
+        if run_dir is not None:
+            write_history(run_dir / "history.csv", log.history())
+        if isinstance(e, RUN_ERRORS):
+            raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
+        raise
     finally:
         if bar is not None:
             bar.close()
     rows = log.history()
     summary = make_summary(spec, reference, log, rows, theta, cluster_info, started)
-    if out_dir is not None:
-        write_outputs(Path(out_dir), summary, rows, theta)
+    if run_dir is not None:
+        write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _resume_hint(ctx: Context) -> str:
+    if ctx.last_checkpoint is None:
+        if ctx.spec.checkpoint_every and ctx.run_dir is not None:
+            return "no checkpoint was written yet"
+        return "no checkpoint (set train.checkpoint_every to keep some)"
+    return f"last checkpoint {ctx.last_checkpoint}: continue with train.resume={ctx.run_dir}"
 
 
 def theory(spec: RunSpec, d: int) -> dict:
@@ -239,6 +281,8 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         },
         "param_sha256": param_sha256(theta),
         "staleness_mean": float(np.mean(stale)) if stale else None,
+        "start_step": rows[0]["step"] if rows else 0,
+        "events": list(log.events),
         "environment": {
             "cores": available_cores(),
             "torch_threads": spec.torch_threads,
@@ -266,13 +310,7 @@ def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndar
     tmp = out_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out_dir / "summary.json")
-    tmp = out_dir / "history.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    tmp.replace(out_dir / "history.csv")
+    write_history(out_dir / "history.csv", rows)
 
 
 def format_results(summary: dict) -> str:

@@ -17,17 +17,32 @@ from tests.conftest import TINY
 ROOT = Path(__file__).resolve().parent.parent
 
 SUMMARY_KEYS = {
-    "algorithm", "n_workers", "redundancy", "group_size", "shuffle", "model", "dataset",
-    "batch_size", "steps", "seed", "n_params", "final", "time_s", "bytes_per_worker",
+    "algorithm",
+    "n_workers",
+    "redundancy",
+    "group_size",
+    "shuffle",
+    "model",
+    "dataset",
+    "batch_size",
+    "steps",
+    "seed",
+    "n_params",
+    "final",
+    "time_s",
+    "bytes_per_worker",
     "param_sha256",
-}  # fmt: skip
+}
 
 
 def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dcoded", *args], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "dcoded", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
 
 
 def test_help_lists_the_config_groups():
@@ -53,8 +68,15 @@ def test_run_writes_summary_history_and_hydra_record(tmp_path):
     assert {"total", "step_median", "map", "encode", "shuffle", "decode", "update"} <= set(
         summary["time_s"]
     )
-    assert {"multicast", "unicast", "theory_multicast", "theory_unicast", "params",
-            "dask_transfer", "wire"} <= set(summary["bytes_per_worker"])  # fmt: skip
+    assert {
+        "multicast",
+        "unicast",
+        "theory_multicast",
+        "theory_unicast",
+        "params",
+        "dask_transfer",
+        "wire",
+    } <= set(summary["bytes_per_worker"])
     assert len(summary["param_sha256"]) == 64
     with open(tmp_path / "history.csv") as f:
         rows = list(csv.DictReader(f))

@@ -84,9 +84,14 @@ def _plain_torch(n_steps: int, batch: int, lr: float, momentum: float, seed: int
 def test_r1_cdc_matches_plain_pytorch(train, tmp_path):
     steps, batch, lr = 8, 30, 0.05
     summary = train(
-        "algorithm=cdc", "cluster.n_workers=3", "coding.redundancy=1", f"train.steps={steps}",
-        f"train.batch_size={batch}", f"train.lr={lr}", out_dir=tmp_path,
-    )  # fmt: skip
+        "algorithm=cdc",
+        "cluster.n_workers=3",
+        "coding.redundancy=1",
+        f"train.steps={steps}",
+        f"train.batch_size={batch}",
+        f"train.lr={lr}",
+        out_dir=tmp_path,
+    )
     expected = _plain_torch(steps, batch, lr, 0.9, 0, [16])
     theta = np.load(tmp_path / "theta.npy")
     assert param_sha256(theta) == summary["param_sha256"]
@@ -114,9 +119,14 @@ def test_ssgd_matches_serial_at_r1_closely(train):
 
 @pytest.mark.parametrize(
     "K,r,g,shuffle",
-    [(4, 1, None, "coded"), (4, 2, None, "coded"), (4, 3, None, "coded"), (4, 2, None, "uncoded"),
-     (6, 2, 3, "coded")],
-)  # fmt: skip
+    [
+        (4, 1, None, "coded"),
+        (4, 2, None, "coded"),
+        (4, 3, None, "coded"),
+        (4, 2, None, "uncoded"),
+        (6, 2, 3, "coded"),
+    ],
+)
 def test_bytes_match_closed_forms(train, K, r, g, shuffle):
     s = train(*_overrides(K, r, shuffle, g, "dnn"))
     b = s["bytes_per_worker"]

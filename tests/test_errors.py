@@ -84,8 +84,11 @@ def test_truncated_idx_names_the_file(tmp_path):
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dcoded", *args, "hydra.run.dir=" + str(ROOT / "outputs/_errors")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcoded.checkpoint import concat_shards
 from dcoded.coding import uncoded_sender
 from dcoded.engine import tasks
-from dcoded.engine.driving import Clock, after_step, pinned, steps_per_epoch, wait_all
-from dcoded.engine.record import TrainingLog
-from dcoded.engine.replica import Replica
+from dcoded.engine.driving import Clock, Context, after_step, pinned, steps_per_epoch
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.tasks import task_key
 
@@ -78,36 +77,45 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
     return updated
 
 
-def train_cdc(
-    spec: RunSpec,
-    client,
-    workers: list[str],
-    log: TrainingLog,
-    reference: Replica,
-    progress=None,
-    theta0: np.ndarray | None = None,
-) -> np.ndarray:
-    """Run ``spec.steps`` CDC steps; return the final ``θ`` (gathered from cluster 0)."""
+def train_cdc(ctx: Context) -> np.ndarray:
+    """Run CDC steps from ``ctx.start_step`` to ``spec.steps``; return the final ``θ``
+    (gathered from the owners of cluster 0)."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
     run, p = spec.run_id, spec.placement
+    theta0 = ctx.resume.theta if ctx.resume else None
+    opt0 = ctx.resume.optimizer if ctx.resume else None
     segments = [
         client.submit(
-            tasks.setup, run, k, spec, theta0, key=task_key(run, "seg", -1, k), **pinned(workers[k])
+            tasks.setup,
+            run,
+            k,
+            spec,
+            theta0,
+            opt0,
+            key=task_key(run, "seg", ctx.start_step - 1, k),
+            **pinned(workers[k]),
         )
         for k in range(spec.n_workers)
     ]
-    wait_all(segments, spec, "worker setup")
-    log.pull(client)  # setup's records are not training
+    ctx.wait_all(segments, "worker setup")
+    ctx.log.pull(client)  # setup's records are not training
 
     def theta() -> np.ndarray:
         return np.concatenate(client.gather(segments[: p.g], direct=True))
 
-    per_epoch = steps_per_epoch(len(reference.data.y_train), spec.batch_size)
+    def snapshot() -> tuple[np.ndarray, dict]:
+        states = [
+            client.submit(tasks.shard_state, run, k, **pinned(workers[k])) for k in range(p.g)
+        ]
+        return theta(), concat_shards(client.gather(states, direct=True))
+
+    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     clock = Clock()
-    for step in range(spec.steps):
+    for step in range(ctx.start_step, spec.steps):
         t0 = clock.now()
         segments = submit_step(client, spec, workers, step, segments)
-        wait_all(segments, spec, f"step {step}")
+        ctx.wait_all(segments, f"step {step}")
         t1 = clock.now()
-        log.driver_step(step, epoch=step // per_epoch, wall_s=t1, step_s=t1 - t0)
-        after_step(step, spec, log, clock, theta, reference.evaluate, client, progress)
+        ctx.log.driver_step(step, epoch=step // per_epoch, wall_s=t1, step_s=t1 - t0)
+        after_step(ctx, step, clock, theta, snapshot)
     return theta()

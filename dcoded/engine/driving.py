@@ -1,47 +1,125 @@
-"""What every driver loop shares: pinning tasks to workers, bounded waits, the clock that
-leaves evaluation out of the training time, and periodic evaluation."""
+"""What every driver loop shares: the run's context, pinning tasks to workers, bounded waits
+that notice a lost worker or scheduler, the clock that leaves evaluation and bookkeeping out
+of the training time, periodic evaluation and checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from distributed import wait
 
+from dcoded import checkpoint
 from dcoded.engine.record import TrainingLog
+from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
+
+#: How often a wait looks at the cluster's health while it waits.
+POLL_S = 2.0
+#: How long a question to the scheduler may take before it counts as gone.
+SCHEDULER_TIMEOUT_S = 10.0
 
 
 class StepTimeout(RuntimeError):
     """A step did not finish within ``train.step_timeout_s``."""
 
 
+class WorkerLost(RuntimeError):
+    """A worker (or the scheduler) went away during the run."""
+
+
+class Divergence(RuntimeError):
+    """The training loss or the parameters stopped being finite."""
+
+
+@dataclass
+class Context:
+    """Everything a driver needs; ``client`` and ``workers`` are empty for ``serial``."""
+
+    spec: RunSpec
+    client: object | None
+    workers: list[str]
+    log: TrainingLog
+    reference: Replica  # the driver's own replica: evaluation, and the server's model
+    progress: Progress | None = None
+    resume: checkpoint.Checkpoint | None = None
+    run_dir: Path | None = None
+    last_checkpoint: Path | None = None
+
+    @property
+    def start_step(self) -> int:
+        return self.resume.step if self.resume else 0
+
+    def wait_all(self, futures, what: str) -> None:
+        """Wait for ``futures`` within ``train.step_timeout_s``; re-raise the first task error
+        as soon as it happens; every ``POLL_S`` of waiting, check that the run's workers and
+        the scheduler are still there (a task pinned to a dead worker would wait forever)."""
+        pending = set(futures)
+        deadline = time.monotonic() + self.spec.step_timeout_s
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                keys = [f.key for f in pending]
+                raise StepTimeout(
+                    f"{what} did not finish within train.step_timeout_s="
+                    f"{self.spec.step_timeout_s:g}s ({len(keys)} task(s) pending, e.g. {keys[:2]})"
+                )
+            try:
+                done, pending = wait(
+                    pending, timeout=min(remaining, POLL_S), return_when="FIRST_COMPLETED"
+                )
+            except TimeoutError:
+                self.check_cluster(what)
+                continue
+            except CancelledError as e:  # Dask cancels what a lost worker or scheduler held
+                self.check_cluster(what)
+                raise WorkerLost(f"{what}: {str(e).splitlines()[-1].strip() or e!r}") from None
+            for f in done:
+                if f.status == "error":
+                    f.result()  # raises the worker's exception
+                if f.status == "cancelled":
+                    self.check_cluster(what)
+                    raise WorkerLost(f"{what}: task {f.key} was cancelled")
+
+    def lost_workers(self) -> list[str]:
+        if self.client is None:
+            return []
+        # bounded: a dead scheduler would otherwise hold this call for the connect timeout
+        info = self.client.sync(
+            self.client.scheduler.identity, n_workers=-1, callback_timeout=SCHEDULER_TIMEOUT_S
+        )
+        alive = set(info["workers"])
+        return [w for w in self.workers if w not in alive]
+
+    def check_connection(self, what: str) -> None:
+        # a reconnecting client is no better: a scheduler that went away forgot the run
+        if self.client is not None and self.client.status != "running":
+            raise WorkerLost(
+                f"{what}: lost the connection to the scheduler (client {self.client.status})"
+            )
+
+    def check_cluster(self, what: str) -> None:
+        """Raise :class:`WorkerLost` naming the worker (or the scheduler) that is gone."""
+        if self.client is None:
+            return
+        self.check_connection(what)
+        try:
+            lost = self.lost_workers()
+        except (OSError, TimeoutError) as e:
+            raise WorkerLost(f"{what}: cannot reach the scheduler ({e})") from None
+        if lost:
+            ranks = ", ".join(f"{w} (rank {self.workers.index(w)})" for w in lost)
+            raise WorkerLost(f"{what}: worker {ranks} was lost")
+
+
 def pinned(address: str) -> dict:
     """Submit options that run a task on exactly this worker."""
     return {"workers": [address], "allow_other_workers": False, "pure": False}
-
-
-def wait_all(futures, spec: RunSpec, what: str) -> None:
-    """Wait for ``futures`` within ``spec.step_timeout_s``; re-raise the first task error as
-    soon as it happens, with the worker's own exception."""
-    pending = set(futures)
-    deadline = time.monotonic() + spec.step_timeout_s
-    while pending:
-        remaining = deadline - time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            done, pending = wait(pending, timeout=remaining, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            keys = [f.key for f in pending]
-            raise StepTimeout(
-                f"{what} did not finish within train.step_timeout_s={spec.step_timeout_s:g}s "
-                f"({len(keys)} task(s) pending, e.g. {keys[:2]})"
-            ) from None
-        for f in done:
-            if f.status == "error":
-                f.result()  # raises the worker's exception
 
 
 class Clock:
@@ -54,36 +132,35 @@ class Clock:
     def now(self) -> float:
         return time.perf_counter() - self.start - self._paused
 
+    @contextlib.contextmanager
     def paused(self):
-        clock = self
-
-        class _Pause:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock._paused += time.perf_counter() - self.t0
-
-        return _Pause()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - t0
 
 
 class Progress:
     """A tqdm bar over the training steps, opened at the first step (after cluster start-up
     and worker setup, which it would otherwise count as the first step's time)."""
 
-    def __init__(self, total: int, desc: str):
-        self.total, self.desc, self._bar, self._postfix = total, desc, None, {}
+    def __init__(self, total: int, desc: str, initial: int = 0):
+        self.total, self.desc, self.initial = total, desc, initial
+        self._bar, self._postfix = None, {}
 
     def update(self, n: int = 1) -> None:
         if self._bar is None:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=self.total, desc=self.desc, unit="step", leave=False)
+            self._bar = tqdm(
+                total=self.total, initial=self.initial, desc=self.desc, unit="step", leave=False
+            )
         if self._postfix:
             self._bar.set_postfix(self._postfix, refresh=False)
         self._bar.update(n)
 
-    def set_postfix(self, refresh: bool = False, **values) -> None:
+    def set_postfix(self, **values) -> None:
         self._postfix = values
 
     def close(self) -> None:
@@ -96,26 +173,51 @@ def steps_per_epoch(n_train: int, batch_size: int) -> int:
 
 
 def after_step(
+    ctx: Context,
     step: int,
-    spec: RunSpec,
-    log: TrainingLog,
     clock: Clock,
     theta: Callable[[], np.ndarray],
-    evaluate: Callable[[np.ndarray], tuple[float, float]],
-    client=None,
-    progress=None,
+    snapshot: Callable[[], tuple[np.ndarray, dict]] | None = None,
     pull_every: int = 10,
 ) -> None:
-    """Evaluate every ``eval_every`` steps and at the last, drain worker records now and then,
-    and move the progress bar; none of it counts as training time."""
-    last = step + 1 == spec.steps
+    """Drain worker records now and then (and stop on a non-finite loss), evaluate every
+    ``eval_every`` steps and at the last, checkpoint every ``checkpoint_every`` steps, and
+    move the progress bar; none of it counts as training time.
+
+    ``snapshot()`` returns ``(θ, full-length optimizer state)`` for a checkpoint.
+    """
+    spec, log = ctx.spec, ctx.log
+    done = step + 1
+    last = done == spec.steps
     with clock.paused():
-        if client is not None and (last or (step + 1) % pull_every == 0):
-            log.pull(client)
-        if last or (spec.eval_every and (step + 1) % spec.eval_every == 0):
-            acc, loss = evaluate(theta())
+        if ctx.client is not None and (last or done % pull_every == 0):
+            log.pull(ctx.client)
+        _check_finite(log.first_nonfinite_loss())
+        if last or (spec.eval_every and done % spec.eval_every == 0):
+            acc, loss = ctx.reference.evaluate(theta())
             log.evaluation(step, acc, loss)
-            if progress is not None:
-                progress.set_postfix(test_acc=f"{acc:.3f}", refresh=False)
-        if progress is not None:
-            progress.update(1)
+            if ctx.progress is not None:
+                ctx.progress.set_postfix(test_acc=f"{acc:.3f}")
+        if snapshot and ctx.run_dir and spec.checkpoint_every and done % spec.checkpoint_every == 0:
+            params, opt_state = snapshot()
+            if not np.all(np.isfinite(params)):
+                raise Divergence(f"the parameters are not finite after step {step}")
+            meta = {
+                "algorithm": spec.algorithm,
+                "n_workers": spec.n_workers,
+                "redundancy": spec.redundancy,
+                "group_size": spec.placement.g,
+                "seed": spec.seed,
+                "batch_size": spec.batch_size,
+                "run_id": spec.run_id,
+            }
+            ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
+            ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)
+            log.checkpointed(ctx.run_dir)
+        if ctx.progress is not None:
+            ctx.progress.update(1)
+
+
+def _check_finite(found: tuple[int, float] | None) -> None:
+    if found is not None:
+        raise Divergence(f"the training loss became {found[1]} at step {found[0]}")

@@ -16,21 +16,30 @@ number of server versions between a worker's read of ``θ`` and the apply.
 from __future__ import annotations
 
 import time
+from concurrent.futures import CancelledError
 
 import numpy as np
 from distributed import wait
 
 from dcoded.coding import sum_in_order
 from dcoded.engine import tasks
-from dcoded.engine.driving import Clock, StepTimeout, after_step, pinned, steps_per_epoch, wait_all
-from dcoded.engine.record import TrainingLog
-from dcoded.engine.replica import Replica
-from dcoded.engine.spec import RunSpec
+from dcoded.engine.driving import (
+    POLL_S,
+    Clock,
+    Context,
+    StepTimeout,
+    WorkerLost,
+    after_step,
+    pinned,
+    steps_per_epoch,
+)
 from dcoded.engine.tasks import task_key
 from dcoded.optim import SegmentOptimizer
 
 
-def _setup(client, spec: RunSpec, workers: list[str], log: TrainingLog) -> None:
+def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
+    """Build every worker's replica, and the server's ``θ`` and optimizer."""
+    spec, client = ctx.spec, ctx.client
     futures = [
         client.submit(
             tasks.setup,
@@ -38,36 +47,32 @@ def _setup(client, spec: RunSpec, workers: list[str], log: TrainingLog) -> None:
             k,
             spec,
             key=task_key(spec.run_id, "setup", -1, k),
-            **pinned(workers[k]),
+            **pinned(w),
         )
-        for k in range(spec.n_workers)
+        for k, w in enumerate(ctx.workers)
     ]
-    wait_all(futures, spec, "worker setup")
-    log.pull(client)
+    ctx.wait_all(futures, "worker setup")
+    ctx.log.pull(client)
+    theta = ctx.resume.theta.copy() if ctx.resume else ctx.reference.theta
+    optimizer = SegmentOptimizer(theta, spec.optimizer)
+    if ctx.resume:
+        optimizer.load_state_arrays(ctx.resume.optimizer)
+    return theta, optimizer
 
 
 def _send_theta(client, theta: np.ndarray, address: str):
     return client.scatter(theta, workers=[address], direct=True, hash=False)
 
 
-def train_ssgd(
-    spec: RunSpec,
-    client,
-    workers: list[str],
-    log: TrainingLog,
-    reference: Replica,
-    progress=None,
-    theta0: np.ndarray | None = None,
-) -> np.ndarray:
+def train_ssgd(ctx: Context) -> np.ndarray:
     """Synchronous parameter server: scatter ``θ``, ``K`` gradients of ``B/K`` samples, sum
     in worker order, one optimizer step on the driver."""
-    _setup(client, spec, workers, log)
-    theta = reference.theta if theta0 is None else theta0.copy()
-    optimizer = SegmentOptimizer(theta, spec.optimizer)
-    per_epoch = steps_per_epoch(len(reference.data.y_train), spec.batch_size)
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    theta, optimizer = _setup(ctx)
+    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     K, run = spec.n_workers, spec.run_id
     clock = Clock()
-    for step in range(spec.steps):
+    for step in range(ctx.start_step, spec.steps):
         t0 = clock.now()
         sent = [_send_theta(client, theta, w) for w in workers]
         t1 = clock.now()
@@ -84,7 +89,7 @@ def train_ssgd(
             )
             for k in range(K)
         ]
-        wait_all(futures, spec, f"step {step}")
+        ctx.wait_all(futures, f"step {step}")
         t2 = clock.now()
         results = client.gather(futures, direct=True)
         t3 = clock.now()
@@ -92,7 +97,7 @@ def train_ssgd(
         theta = optimizer.step(grad, spec.batch_size)
         t4 = clock.now()
         nbytes = results[0]["grad"].nbytes
-        log.driver_step(
+        ctx.log.driver_step(
             step,
             epoch=step // per_epoch,
             wall_s=t4,
@@ -110,80 +115,96 @@ def train_ssgd(
         )
         del sent
         after_step(
-            step, spec, log, clock, lambda theta=theta: theta, reference.evaluate, client, progress
+            ctx,
+            step,
+            clock,
+            lambda theta=theta: theta,
+            lambda theta=theta: (theta, optimizer.state_arrays()),
         )
     return theta
 
 
-def train_asgd(
-    spec: RunSpec,
-    client,
-    workers: list[str],
-    log: TrainingLog,
-    reference: Replica,
-    progress=None,
-    theta0: np.ndarray | None = None,
-) -> np.ndarray:
-    """Asynchronous parameter server; ``K * steps`` updates of ``B/K`` samples each."""
-    _setup(client, spec, workers, log)
-    theta = reference.theta if theta0 is None else theta0.copy()
-    optimizer = SegmentOptimizer(theta, spec.optimizer)
-    per_epoch = steps_per_epoch(len(reference.data.y_train), spec.batch_size)
+def train_asgd(ctx: Context) -> np.ndarray:
+    """Asynchronous parameter server; ``K * steps`` updates of ``B/K`` samples each. A lost
+    worker's update is handed to a live one and the run goes on with the workers left."""
+    spec, client = ctx.spec, ctx.client
+    workers = list(ctx.workers)
+    theta, optimizer = _setup(ctx)
+    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     K, run = spec.n_workers, spec.run_id
     total = K * spec.steps
-    launched, version = 0, 0
-    pending: dict = {}  # future -> (update index, version read, rank, time sent)
+    next_update, version = K * ctx.start_step, 0
+    pending: dict = {}  # future -> (update index, version read, worker, seconds to send θ)
+    launches = [0]  # a relaunched update needs a key of its own
 
-    def launch(rank: int) -> None:
-        nonlocal launched
-        step, part = divmod(launched, K)
+    def launch(address: str, update: int | None = None) -> None:
+        nonlocal next_update
+        if update is None:
+            update, next_update = next_update, next_update + 1
+        step, part = divmod(update, K)
         t = time.perf_counter()
-        sent = _send_theta(client, theta, workers[rank])
+        sent = _send_theta(client, theta, address)
         future = client.submit(
             tasks.ps_grad,
             run,
-            rank,
+            workers.index(address),
             step,
             part,
             sent,
-            key=task_key(run, "grad", step, part),
-            **pinned(workers[rank]),
+            key=f"{task_key(run, 'grad', step, part)}/{launches[0]}",
+            **pinned(address),
         )
-        pending[future] = (launched, version, rank, time.perf_counter() - t)
-        launched += 1
+        pending[future] = (update, version, address, time.perf_counter() - t)
+        launches[0] += 1
 
     clock = Clock()
-    step, step_t0, acc = 0, 0.0, _StepAccumulator()
-    for rank in range(min(K, total)):
-        launch(rank)
+    step, step_t0, acc = ctx.start_step, 0.0, _StepAccumulator()
+    for address in workers[: min(K, total - next_update)]:
+        launch(address)
+    last_progress = time.monotonic()
     while pending:
-        try:
-            done, _ = wait(
-                list(pending), timeout=spec.step_timeout_s, return_when="FIRST_COMPLETED"
-            )
-        except TimeoutError:
+        if time.monotonic() - last_progress > spec.step_timeout_s:
             raise StepTimeout(
                 f"no asgd gradient arrived within train.step_timeout_s={spec.step_timeout_s:g}s"
-            ) from None
+            )
+        try:
+            done, _ = wait(list(pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            _reassign_lost(ctx, pending, launch)
+            continue
+        except CancelledError:  # a worker died with the inputs of a pending update
+            if not _reassign_lost(ctx, pending, launch):
+                raise
+            continue
         for future in done:
-            _, read_version, rank, send_s = pending.pop(future)
-            t0 = time.perf_counter()
-            res = client.gather(future, direct=True)
-            t1 = time.perf_counter()
+            update, read_version, address, send_s = pending.pop(future)
+            t0 = time.monotonic()
+            try:
+                if future.status != "finished":
+                    future.result()  # raises the worker's error
+                res = client.gather(future, direct=True)
+            except Exception:
+                if address not in ctx.lost_workers():
+                    raise
+                # the worker died with its gradient: the update goes to a live worker
+                pending[future] = (update, read_version, address, send_s)
+                _reassign_lost(ctx, pending, launch)
+                continue
+            last_progress = t1 = time.monotonic()
             theta = optimizer.step(res["grad"], spec.batch_size)
             acc.add(
                 res,
                 staleness=version - read_version,
                 send_s=send_s,
                 gather_s=t1 - t0,
-                update_s=time.perf_counter() - t1,
+                update_s=time.monotonic() - t1,
             )
             version += 1
-            if launched < total:
-                launch(rank)
+            if next_update < total:
+                launch(address)
             if version % K == 0:  # K updates = one step's B samples
                 now = clock.now()
-                log.driver_step(
+                ctx.log.driver_step(
                     step,
                     epoch=step // per_epoch,
                     wall_s=now,
@@ -191,17 +212,33 @@ def train_asgd(
                     **acc.row(spec.batch_size, res["grad"].nbytes),
                 )
                 after_step(
+                    ctx,
                     step,
-                    spec,
-                    log,
                     clock,
                     lambda theta=theta: theta,
-                    reference.evaluate,
-                    client,
-                    progress,
+                    lambda theta=theta: (theta, optimizer.state_arrays()),
                 )
                 step, step_t0, acc = step + 1, clock.now(), _StepAccumulator()
     return theta
+
+
+def _reassign_lost(ctx: Context, pending: dict, launch) -> bool:
+    """Give the updates pinned to lost workers to live ones (asgd goes on without them);
+    say whether any worker was lost."""
+    ctx.check_connection("asgd")
+    lost = set(ctx.lost_workers())
+    if not lost:
+        return False
+    alive = [w for w in ctx.workers if w not in lost]
+    if not alive:
+        raise WorkerLost("asgd: every worker was lost")
+    for future, (update, _, address, _) in list(pending.items()):
+        if address in lost:
+            del pending[future]
+            launch(alive[update % len(alive)], update)
+    ctx.log.note(f"asgd lost worker(s) {sorted(lost)}; going on with {len(alive)}")
+    ctx.workers[:] = alive
+    return True
 
 
 class _StepAccumulator:

@@ -9,8 +9,11 @@ workers logged them. Bytes per worker are the step's totals divided by ``K``.
 
 from __future__ import annotations
 
+import csv
+import math
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from dcoded.engine import tasks
 
@@ -35,6 +38,10 @@ HISTORY_COLUMNS = [
 ]
 
 
+class ReplicaMismatch(RuntimeError):
+    """Two holders of one sub-batch computed different gradients; decoding would be wrong."""
+
+
 class TrainingLog:
     """Collects per-step facts; :meth:`history` and :meth:`time_medians` summarise them."""
 
@@ -49,6 +56,9 @@ class TrainingLog:
         self._bytes = defaultdict(float)  # (step, field) -> bytes, all workers
         self._loss = defaultdict(float)
         self._windows = defaultdict(lambda: [float("inf"), float("-inf")])  # (step, phase)
+        self.events: list[str] = []
+        self._nonfinite: tuple[int, float] | None = None
+        self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
 
     # ------------------------------------------------------------------ inputs
@@ -56,6 +66,7 @@ class TrainingLog:
         """Facts the driver knows: epoch, wall_s, step_s, and for the parameter-server
         algorithms the phases, bytes and loss it measured itself."""
         self.rows.setdefault(step, {"step": step}).update(fields)
+        self._note_loss(step, fields.get("train_loss"))
 
     def add_phase(self, step: int, phase: str, rank, seconds: float) -> None:
         self._phase[(step, phase)][rank] += seconds
@@ -65,13 +76,31 @@ class TrainingLog:
 
     def add_loss(self, step: int, loss_sum: float) -> None:
         self._loss[step] += loss_sum
+        self._note_loss(step, loss_sum)
+
+    def _note_loss(self, step: int, value) -> None:
+        if value is not None and not math.isfinite(value) and self._nonfinite is None:
+            self._nonfinite = (step, value)
+
+    def first_nonfinite_loss(self) -> tuple[int, float] | None:
+        """``(step, value)`` of the first NaN or infinite training loss seen, if any."""
+        return self._nonfinite
+
+    def note(self, message: str) -> None:
+        """Something the summary should mention (a lost worker, a resume)."""
+        self.events.append(message)
+
+    def checkpointed(self, run_dir: Path) -> None:
+        """Rewrite ``history.csv`` with every step so far, beside the new checkpoint."""
+        write_history(run_dir / "history.csv", self.history())
 
     def evaluation(self, step: int, accuracy: float, loss: float) -> None:
         self.rows.setdefault(step, {"step": step}).update(test_accuracy=accuracy, test_loss=loss)
 
     def pull(self, client) -> None:
         """Drain the workers' task records and transfer logs (cheap; call every few steps)."""
-        for reply in client.run(tasks.pull, self.run_id).values():
+        # a worker that died took its unpulled records with it; the others still answer
+        for reply in client.run(tasks.pull, self.run_id, on_error="ignore").values():
             for rec in reply["records"]:
                 self._add_record(rec)
             for e in reply["out"]:
@@ -88,6 +117,16 @@ class TrainingLog:
                 self.add_bytes(step, field, rec[field])
         if "loss" in rec:
             self.add_loss(step, rec["loss"])
+        for label, digest in rec.get("digests", {}).items():
+            key = (step, rec["cluster"], label)
+            first = self._digests.setdefault(key, (rec["rank"], digest))
+            if first[1] != digest:
+                raise ReplicaMismatch(
+                    f"sub-batch {label} of step {step} was computed with different bits by "
+                    f"workers of rank {first[0]} and {rec['rank']}: the coded shuffle needs "
+                    "bit-identical replicas (same torch and numpy builds, CPU kernels and thread "
+                    "count on every worker)"
+                )
 
     def _attribute(self, key) -> tuple[str, int] | None:
         """``(kind, step)`` a transferred key belongs to, or ``None`` if not this run's
@@ -163,3 +202,15 @@ def _values(rows, key):
 def _median(rows, key):
     v = _values(rows, key)
     return statistics.median(v) if v else 0.0
+
+
+def write_history(path: Path, rows: list[dict]) -> None:
+    """``history.csv`` (``HISTORY_COLUMNS``), written to a temporary name then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    tmp.replace(path)

@@ -11,32 +11,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcoded.checkpoint import concat_shards, slice_state
 from dcoded.coding import sum_in_order
-from dcoded.engine.driving import Clock, after_step, steps_per_epoch
-from dcoded.engine.record import TrainingLog
-from dcoded.engine.replica import Replica
-from dcoded.engine.spec import RunSpec
+from dcoded.engine.driving import Clock, Context, after_step, steps_per_epoch
 from dcoded.optim import SegmentOptimizer
 
 
-def train_serial(
-    spec: RunSpec,
-    client,
-    workers,
-    log: TrainingLog,
-    reference: Replica,
-    progress=None,
-    theta0: np.ndarray | None = None,
-) -> np.ndarray:
-    """Run ``spec.steps`` steps of the CDC math in this process; return the final ``θ``."""
+def train_serial(ctx: Context) -> np.ndarray:
+    """Run the CDC math in this process from ``ctx.start_step`` to ``spec.steps``; return the
+    final ``θ``."""
+    spec, replica = ctx.spec, ctx.reference
     p = spec.placement
-    replica = reference
-    theta = replica.theta if theta0 is None else theta0.copy()
+    theta = ctx.resume.theta.copy() if ctx.resume else replica.theta
     segments = p.segments(len(theta))
     shards = [SegmentOptimizer(theta[s], spec.optimizer) for s in segments]
+    for shard, s in zip(shards, segments, strict=True):
+        shard.load_state_arrays(slice_state(ctx.resume.optimizer if ctx.resume else None, s))
+
+    def snapshot() -> tuple[np.ndarray, dict]:
+        return theta, concat_shards([shard.state_arrays() for shard in shards])
+
     per_epoch = steps_per_epoch(len(replica.data.y_train), spec.batch_size)
     clock = Clock()
-    for step in range(spec.steps):
+    for step in range(ctx.start_step, spec.steps):
         t0 = clock.now()
         replica.set_theta(theta)
         _, idx = replica.step_samples(step)
@@ -57,7 +54,7 @@ def train_serial(
             ]
         )
         t2 = clock.now()
-        log.driver_step(
+        ctx.log.driver_step(
             step,
             epoch=step // per_epoch,
             wall_s=t2,
@@ -66,7 +63,5 @@ def train_serial(
             map_s=t1 - t0,
             update_s=t2 - t1,
         )
-        after_step(
-            step, spec, log, clock, lambda theta=theta: theta, replica.evaluate, None, progress
-        )
+        after_step(ctx, step, clock, lambda theta=theta: theta, snapshot)
     return theta

@@ -33,6 +33,7 @@ class RunSpec:
     torch_threads: int = 1
     run_id: str = "run"
     step_timeout_s: float = 300.0
+    checkpoint_every: int = 0
     extra: Mapping = field(default_factory=dict)
 
     @property

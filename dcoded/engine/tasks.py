@@ -13,6 +13,7 @@ step and a kind (``seg``: all-gather, ``pkt``/``unc``: shuffle, ``red``: cross-c
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import defaultdict
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dcoded.checkpoint import slice_state
 from dcoded.coding import (
     Placement,
     array_split_slices,
@@ -55,12 +57,16 @@ class WorkerState:
         return self.placement.cluster_of(self.rank)
 
 
+class ReplicaMissing(RuntimeError):
+    """A task ran on a worker that does not hold the run's replica (a restarted worker)."""
+
+
 def _state(run_id: str, rank: int) -> WorkerState:
     try:
         return _STATES[(run_id, rank)]
     except KeyError:
-        raise RuntimeError(
-            f"worker for rank {rank} of run {run_id} has no replica (was it restarted?)"
+        raise ReplicaMissing(
+            f"the worker for rank {rank} holds no replica of run {run_id}: it was restarted"
         ) from None
 
 
@@ -87,10 +93,17 @@ def parse_key(key) -> tuple[str, str, int] | None:
 # --------------------------------------------------------------------------- setup / teardown
 
 
-def setup(run_id: str, rank: int, spec: RunSpec, theta: np.ndarray | None = None) -> np.ndarray:
-    """Build the replica of ``rank``; return its own segment of ``θ`` (CDC) or all of ``θ``.
+def setup(
+    run_id: str,
+    rank: int,
+    spec: RunSpec,
+    theta: np.ndarray | None = None,
+    optimizer_state: dict | None = None,
+) -> np.ndarray:
+    """Build the replica of ``rank``; return its own segment of ``θ`` (CDC) or nothing.
 
-    ``theta`` (optional) restarts from given parameters instead of the seeded initialisation.
+    ``theta`` and the full-length ``optimizer_state`` (from a checkpoint) restart a run
+    instead of the seeded initialisation; this worker keeps the slice of its segment.
     """
     replica = Replica(spec)
     if theta is not None:
@@ -98,14 +111,21 @@ def setup(run_id: str, rank: int, spec: RunSpec, theta: np.ndarray | None = None
     placement = spec.placement
     state = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
     if spec.algorithm == "cdc":
-        own = replica.theta[state.segments[state.local]]
+        seg = state.segments[state.local]
+        own = replica.theta[seg]
         state.optimizer = SegmentOptimizer(own, spec.optimizer)
+        state.optimizer.load_state_arrays(slice_state(optimizer_state, seg))
         result = own.copy()
     else:
         result = np.zeros(0, np.float32)
     with _LOCK:
         _STATES[(run_id, rank)] = state
     return result
+
+
+def shard_state(run_id: str, rank: int) -> dict:
+    """The optimizer state of this owner's segment, for a checkpoint."""
+    return _state(run_id, rank).optimizer.state_arrays()
 
 
 def teardown(run_id: str, dask_worker=None) -> int:
@@ -168,8 +188,26 @@ def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
             grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
             if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
                 loss += sub_loss
-    _record(run_id, step=step, rank=rank, phase="map", start=t0, stop=time.time(), loss=loss)
+    stop = time.time()
+    # the r holders of a sub-batch must compute the same bits, or XOR decoding is silently
+    # wrong: the driver compares these digests across holders (no bytes on the wire)
+    digests = {label: _digest(g) for label, g in grads.items()}
+    _record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="map",
+        start=t0,
+        stop=stop,
+        loss=loss,
+        cluster=st.cluster,
+        digests=digests,
+    )
     return grads
+
+
+def _digest(values: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(values).view(np.uint8), digest_size=8).hexdigest()
 
 
 def cdc_encode(run_id: str, rank: int, step: int, group: tuple, grads: dict) -> np.ndarray:

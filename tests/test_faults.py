@@ -1,0 +1,285 @@
+"""Fault injection for real: checkpoints and resume, a NaN loss, a killed worker process, a
+lost or unreachable scheduler, a corrupt checkpoint. Each asserts the outcome: the run goes
+on, or stops within a bounded time with one clear line, keeping what it had written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import dcoded.run
+from dcoded import checkpoint
+from dcoded.cluster import ClusterError
+from dcoded.config import compose_config
+from dcoded.engine.driving import Divergence
+from dcoded.engine.replica import Replica
+from tests.conftest import TINY, tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(tmp, name, *overrides):
+    return dcoded.run.run(tiny_config(*overrides), out_dir=tmp / name)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm=serial"],
+        ["algorithm=cdc"],
+        ["algorithm=cdc", "coding.shuffle=uncoded", "cluster.n_workers=4", "coding.group_size=2"],
+        ["algorithm=cdc", "optimizer=adam", "train.lr=0.01"],
+        ["algorithm=ssgd"],
+    ],
+    ids=["serial", "cdc", "cdc-hierarchical-uncoded", "cdc-adam", "ssgd"],
+)
+def test_stop_at_10_and_resume_to_20_is_bit_exact(tmp_path, overrides):
+    whole = _run(tmp_path, "whole", *overrides, "train.steps=20")
+    first = _run(tmp_path, "first", *overrides, "train.steps=10", "train.checkpoint_every=5")
+    assert checkpoint.load(tmp_path / "first").step == 10
+    second = _run(
+        tmp_path, "second", *overrides, "train.steps=20", f"train.resume={tmp_path / 'first'}"
+    )
+    assert second["param_sha256"] == whole["param_sha256"]
+    assert first["param_sha256"] != whole["param_sha256"]
+    assert second["start_step"] == 10 and second["events"]
+
+
+def test_resume_with_fewer_workers_replans_the_placement(tmp_path):
+    """A checkpoint of K=4, r=2 continues on K=3, r=2: the optimizer state is re-sliced for
+    the new segments, and cdc still equals serial bit for bit."""
+    _run(tmp_path, "k4", "cluster.n_workers=4", "train.steps=6", "train.checkpoint_every=3")
+    resume = f"train.resume={tmp_path / 'k4'}"
+    cdc = _run(tmp_path, "cdc3", "cluster.n_workers=3", "train.steps=10", resume)
+    serial = _run(
+        tmp_path, "ser3", "algorithm=serial", "cluster.n_workers=3", "train.steps=10", resume
+    )
+    assert cdc["param_sha256"] == serial["param_sha256"]
+
+
+def test_asgd_resumes_and_learns(tmp_path):
+    _run(
+        tmp_path,
+        "a",
+        "algorithm=asgd",
+        "train.steps=30",
+        "train.checkpoint_every=30",
+        "train.batch_size=64",
+    )
+    s = _run(
+        tmp_path,
+        "b",
+        "algorithm=asgd",
+        "train.steps=60",
+        "train.batch_size=64",
+        f"train.resume={tmp_path / 'a'}",
+    )
+    assert s["final"]["test_accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("algorithm", ["cdc", "ssgd", "serial"])
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, algorithm):
+    real_samples, real_grad = Replica.step_samples, Replica.grad_sum
+
+    def step_samples(self, step):
+        self._step = step
+        return real_samples(self, step)
+
+    def grad_sum(self, indices):
+        grad, loss = real_grad(self, indices)
+        if getattr(self, "_step", 0) >= 7:  # a numerical blow-up from step 7 on
+            return np.full_like(grad, np.nan), float("nan")
+        return grad, loss
+
+    monkeypatch.setattr(Replica, "step_samples", step_samples)
+    monkeypatch.setattr(Replica, "grad_sum", grad_sum)
+    with pytest.raises(Divergence) as err:
+        _run(
+            tmp_path, "run", f"algorithm={algorithm}", "train.steps=30", "train.checkpoint_every=5"
+        )
+    assert "nan" in str(err.value) and "train.resume=" in str(err.value)
+    kept = checkpoint.load(tmp_path / "run")
+    assert kept.step == 5 and np.all(np.isfinite(kept.theta))
+    assert (tmp_path / "run" / "history.csv").read_text().count("\n") >= 8
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "checkpoint.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    monkeypatch.setattr(dcoded.run, "open_cluster", None)  # must not be reached
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        dcoded.run.run(tiny_config(f"train.resume={tmp_path}"))
+    assert "checkpoint.npz" in str(err.value)
+
+
+def test_checkpoint_is_plain_npz_without_pickle(tmp_path):
+    _run(tmp_path, "r", "train.steps=4", "train.checkpoint_every=2")
+    with np.load(tmp_path / "r" / "checkpoint.npz", allow_pickle=False) as z:
+        assert {"theta", "step", "meta"} <= set(z.files)
+        assert all(z[k].dtype != object for k in z.files)
+
+
+def test_unreachable_scheduler_fails_fast():
+    t = time.monotonic()
+    with pytest.raises(ClusterError) as err:
+        dcoded.run.run(
+            compose_config(
+                [
+                    *(o for o in TINY if "processes" not in o),
+                    "cluster=address",
+                    "cluster.address=tcp://127.0.0.1:9",
+                    "cluster.connect_timeout_s=2",
+                ]
+            )
+        )
+    assert "tcp://127.0.0.1:9" in str(err.value)
+    assert time.monotonic() - t < 30
+
+
+# --------------------------------------------------------------------------- real processes
+
+
+def _start(args: list[str], run_dir: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "dcoded", "progress=false", f"hydra.run.dir={run_dir}", *args]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.5)
+
+
+def _worker_processes(driver_pid: int) -> list[psutil.Process]:
+    """Dask worker processes of a local cluster: forked by the driver's forkserver."""
+    return [
+        p for p in psutil.Process(driver_pid).children(recursive=True) if p.ppid() != driver_pid
+    ]
+
+
+@pytest.mark.slow
+def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start(["train.steps=100000", "train.checkpoint_every=5"], run_dir)
+    _wait_for(run_dir / "checkpoint.npz", proc)
+    workers = _worker_processes(proc.pid)
+    assert len(workers) == 4
+    t = time.monotonic()
+    workers[2].send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert time.monotonic() - t < 60
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "was lost" in last and "rank" in last
+    assert f"train.resume={run_dir}" in last
+    step = checkpoint.load(run_dir).step
+    # continue on the 3 workers left (a new local cluster of 3)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "progress=false",
+            "cluster.n_workers=3",
+            f"train.steps={step + 5}",
+            f"train.resume={run_dir}",
+            f"hydra.run.dir={tmp_path / 'b'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["start_step"] == step and summary["n_workers"] == 3
+
+
+@pytest.mark.slow
+def test_killed_worker_asgd_goes_on_with_the_rest(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start(["algorithm=asgd", "train.steps=150", "train.checkpoint_every=5"], run_dir)
+    _wait_for(run_dir / "checkpoint.npz", proc)
+    _worker_processes(proc.pid)[1].send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert any("lost worker" in e for e in summary["events"])
+    assert summary["final"]["test_accuracy"] > 0.8
+
+
+@pytest.mark.slow
+def test_lost_scheduler_stops_the_run(tmp_path):
+    port = 8786 + os.getpid() % 1000
+    address = f"tcp://127.0.0.1:{port}"
+    bin_dir = Path(sys.executable).parent
+    scheduler = subprocess.Popen(
+        [
+            str(bin_dir / "dask"),
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-dashboard",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers = [
+        subprocess.Popen(
+            [
+                str(bin_dir / "dask"),
+                "worker",
+                address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        for _ in range(3)
+    ]
+    try:
+        run_dir = tmp_path / "run"
+        proc = _start(
+            [
+                "cluster=address",
+                f"cluster.address={address}",
+                "cluster.n_workers=3",
+                "cluster.connect_timeout_s=60",
+                "train.steps=100000",
+                "train.checkpoint_every=5",
+            ],
+            run_dir,
+        )
+        _wait_for(run_dir / "checkpoint.npz", proc, timeout=180)
+        t = time.monotonic()
+        scheduler.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 2, err[-3000:]
+        print(f"stopped {time.monotonic() - t:.1f} s after the scheduler was killed")
+        assert time.monotonic() - t < 30
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "scheduler" in last
+        assert "train.resume=" in last
+    finally:
+        for p in [scheduler, *workers]:
+            p.kill()
+            p.wait()
