@@ -12,9 +12,11 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.security import Security
 from distributed.utils import get_mp_context
 
 from dcoded.engine import tasks
@@ -37,6 +39,26 @@ class Session:
     kind: str
 
 
+def security_from_config(tls: Mapping | None) -> Security | None:
+    """``distributed.Security`` from ``cluster.tls`` (``ca_file``, ``cert``, ``key``: paths),
+    or ``None`` when TLS is not configured. With TLS, encryption is required."""
+    if not tls or not any(tls.get(k) for k in ("ca_file", "cert", "key")):
+        return None
+    missing = [k for k in ("ca_file", "cert", "key") if not tls.get(k)]
+    if missing:
+        raise ValueError(f"cluster.tls needs ca_file, cert and key; missing: {missing}")
+    for k in ("ca_file", "cert", "key"):
+        path = Path(tls[k]).expanduser()
+        if not path.is_file():
+            raise ValueError(f"cluster.tls.{k}={tls[k]} is not a file")
+    return Security(
+        tls_ca_file=str(Path(tls["ca_file"]).expanduser()),
+        tls_client_cert=str(Path(tls["cert"]).expanduser()),
+        tls_client_key=str(Path(tls["key"]).expanduser()),
+        require_encryption=True,
+    )
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -52,6 +74,8 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
         raise ValueError(
             "cluster=address needs cluster.address=tcp://HOST:PORT (the scheduler to join)"
         )
+    if kind == "address":
+        security_from_config(cfg.get("tls"))
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
 
@@ -92,10 +116,15 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
             stack.callback(_close, client)
         else:
             try:
-                client = Client(cfg["address"], timeout=f"{cfg.get('connect_timeout_s', 10)}s")
-            except (OSError, TimeoutError) as e:
+                client = Client(
+                    cfg["address"],
+                    timeout=f"{cfg.get('connect_timeout_s', 10)}s",
+                    security=security_from_config(cfg.get("tls")),
+                )
+            except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError: TLS needed
                 raise ClusterError(
-                    f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: {e}"
+                    f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: "
+                    f"{str(e).splitlines()[0]}"
                 ) from None
             stack.callback(_close, client)
             try:

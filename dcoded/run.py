@@ -137,7 +137,15 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_dataset(spec.dataset)
-    reference = Replica(spec)  # loads the data and builds the model on the driver
+    try:
+        reference = Replica(spec)  # loads the data and builds the model on the driver
+    except DatasetError:
+        raise
+    except (ValueError, RuntimeError) as e:  # a model that does not fit the data's shape
+        msg = str(e).splitlines()[0]
+        raise ConfigError(
+            f"model={model['name']} does not fit dataset={spec.dataset.get('name')}: {msg}"
+        ) from None
     n_train = len(reference.data.y_train)
     if batch > n_train:
         raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")

@@ -105,6 +105,7 @@ def test_default_experiment_on_worker_processes(tmp_path):
     cdc = json.loads((tmp_path / "cdc" / "summary.json").read_text())
     assert cdc["final"]["test_accuracy"] >= 0.90
     assert cdc["environment"]["cluster"] == "local" and len(cdc["environment"]["workers"]) == 4
+    assert all(w.startswith("tcp://127.0.0.1:") for w in cdc["environment"]["workers"])
     result = _cli("algorithm=serial", "progress=false", f"hydra.run.dir={tmp_path / 'serial'}")
     assert result.returncode == 0, result.stderr
     serial = json.loads((tmp_path / "serial" / "summary.json").read_text())

@@ -44,6 +44,11 @@ def no_cluster(monkeypatch):
         (["train.steps=0"], ["train.steps=0"]),
         (["train.batch_size=5000"], ["train.batch_size=5000", "1500"]),
         (["optimizer.momentum=-1"], ["optimizer"]),
+        (["model=cnn", "model.channels=[4,4,4,4]"], ["model=cnn", "dataset=digits", "8x8"]),
+        (
+            ["dataset=synthetic", "dataset.n_test=2000", "dataset.shape=[1,2,2]", "model=cnn"],
+            ["model=cnn", "2x2"],
+        ),
     ],
 )
 def test_bad_settings_fail_before_any_cluster(overrides, needles):
