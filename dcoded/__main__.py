@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from dcoded.config import CONFIG_DIR
+from dcoded.netem import NetemRunFailed
 from dcoded.run import CLEAN_ERRORS, format_results, run
 
 
@@ -17,6 +18,8 @@ def app(cfg: DictConfig) -> float | None:
     out_dir = HydraConfig.get().runtime.output_dir
     try:
         summary = run(cfg, out_dir=out_dir)
+    except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
+        sys.exit(e.code)
     except CLEAN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -23,7 +23,7 @@ from dcoded.engine import tasks
 
 #: Long enough that no transfer of a run is evicted between two pulls of the logs.
 TRANSFER_LOG_LENGTH = 100_000
-CLUSTER_KINDS = ("local", "address")
+CLUSTER_KINDS = ("local", "address", "netem")
 CLOSE_TIMEOUT_S = 10
 
 
@@ -76,6 +76,13 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
         )
     if kind == "address":
         security_from_config(cfg.get("tls"))
+    if kind == "netem":
+        for key in ("bandwidth_mbit", "driver_bandwidth_mbit"):
+            value = cfg.get(key)
+            if value is not None and (not isinstance(value, int | float) or value <= 0):
+                raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 (Mbit/s)")
+        if cfg.get("bandwidth_mbit") is None:
+            raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
 

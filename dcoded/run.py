@@ -13,6 +13,7 @@ import json
 import math
 import platform
 import re
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, RunSpec
 from dcoded.engine.tasks import ReplicaMissing
 from dcoded.models import MODELS
+from dcoded.netem import NetemUnavailable
 from dcoded.optim import check_optimizer
 
 TRAINERS = {"cdc": train_cdc, "serial": train_serial, "ssgd": train_ssgd, "asgd": train_asgd}
@@ -50,7 +52,14 @@ class ConfigError(ValueError):
 #: Errors that end a run with one clear line instead of a traceback.
 #: Failures during training; their message gets the checkpoint to resume from.
 RUN_ERRORS = (StepTimeout, WorkerLost, Divergence, ReplicaMismatch, ReplicaMissing)
-CLEAN_ERRORS = (ConfigError, DatasetError, CheckpointError, ClusterError, *RUN_ERRORS)
+CLEAN_ERRORS = (
+    ConfigError,
+    DatasetError,
+    CheckpointError,
+    ClusterError,
+    NetemUnavailable,
+    *RUN_ERRORS,
+)
 
 
 _CONFIG_PREFIX = {
@@ -184,6 +193,14 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
     """
     spec, reference, resume = build_spec(cfg)
     c = _plain(cfg)
+    if c["cluster"]["kind"] == "netem":
+        if spec.algorithm == "serial":
+            raise ConfigError("algorithm=serial runs in one process: use cluster=local")
+        from dcoded import netem  # the driver re-runs inside the emulated network
+
+        netem.check_available()
+        run_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="dcn-"))
+        return netem.run_netem(c, run_dir)
     show = c.get("progress", True) if progress is None else progress
     run_dir = Path(out_dir) if out_dir is not None else None
     start = resume.step if resume else 0
@@ -205,8 +222,18 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
                     log.peers = set(session.workers)
                 ctx.client, ctx.workers = session.client, list(session.workers)
+                probe = _wire_probe(c["cluster"])
+                wire0 = probe()
                 theta = train_fn(ctx)
-                cluster_info = {"kind": session.kind, "workers": session.workers}
+                wire1 = probe()
+                if wire0 is not None:
+                    log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
+                kind = "netem" if c["cluster"].get("netem") else session.kind
+                cluster_info = {
+                    "kind": kind,
+                    "workers": session.workers,
+                    **({"netem": c["cluster"]["netem"]} if kind == "netem" else {}),
+                }
     except BaseException as e:
         if run_dir is not None:
             write_history(run_dir / "history.csv", log.history())
@@ -221,6 +248,15 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _wire_probe(cluster: Mapping):
+    """Reads each worker interface's sent-bytes counter (emulated network only)."""
+    if not cluster.get("wire"):
+        return lambda: None
+    from dcoded.netem import wire_probe
+
+    return wire_probe(cluster["wire"])
 
 
 def _resume_hint(ctx: Context) -> str:
@@ -285,7 +321,11 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             "theory_params": th["params"],
             "dask_transfer": means["dask"],
             "dask_transfer_by_kind": log.dask_by_kind_means(len(rows)) if rows else {},
-            "wire": None,
+            "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
+            "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
+            "control traffic and evaluation included"
+            if log.wire
+            else None,
         },
         "param_sha256": param_sha256(theta),
         "staleness_mean": float(np.mean(stale)) if stale else None,
@@ -295,6 +335,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             "cores": available_cores(),
             "torch_threads": spec.torch_threads,
             "cluster": cluster_info["kind"],
+            **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
             "workers": cluster_info["workers"],
             "python": platform.python_version(),
             "torch": torch.__version__,

@@ -57,6 +57,7 @@ class TrainingLog:
         self._loss = defaultdict(float)
         self._windows = defaultdict(lambda: [float("inf"), float("-inf")])  # (step, phase)
         self.events: list[str] = []
+        self.wire: list[int] | None = None  # bytes each worker interface sent (netem)
         self._nonfinite: tuple[int, float] | None = None
         self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers

@@ -1,0 +1,380 @@
+"""An emulated network on one machine: Linux network namespaces joined by rate-limited links.
+
+``cluster=netem`` puts the Dask scheduler, every worker and the driver each in a network
+namespace of its own, joined by a veth pair to one bridge (which lives in a namespace of its
+own too, so nothing of it shows in the machine's own namespace). ``tc ... tbf`` caps every link
+in both directions: egress of the host's end, and egress of the bridge's end toward the host.
+Workers are real ``dask worker`` processes started inside their namespaces; the driver runs as
+a child process inside its own namespace, as a client of that scheduler. The only addresses
+are those of one private /24 inside these namespaces; nothing else is ever contacted.
+
+Wire bytes come from the interfaces' own counters (``/sys/class/net/<if>/statistics``), read
+inside each namespace. Everything made here is removed on exit, on error and on Ctrl-C, and
+``python -m dcoded.netem cleanup`` removes what a killed run left behind.
+
+>>> # from a shell, as root:  python -m dcoded cluster=netem cluster.bandwidth_mbit=100
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Every namespace a run makes starts with this, so a stale set is easy to find.
+PREFIX = "dcn"
+SUBNET = "10.213.47"  # a /24 that exists only inside the run's namespaces
+SCHEDULER_PORT = 8786
+
+
+class NetemUnavailable(RuntimeError):
+    """This machine (or user) cannot build the emulated network."""
+
+
+@dataclass
+class Host:
+    name: str  # "sched", "w0", ..., "drv"
+    ns: str
+    ip: str
+    ifname: str  # the host's end of its veth pair, inside ns
+    rate_mbit: float
+
+
+@dataclass
+class Network:
+    run: str
+    hub: str
+    hosts: dict[str, Host] = field(default_factory=dict)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def scheduler_address(self) -> str:
+        return f"tcp://{self.hosts['sched'].ip}:{SCHEDULER_PORT}"
+
+    def workers(self) -> list[Host]:
+        return [h for n, h in self.hosts.items() if n.startswith("w")]
+
+
+def check_available() -> None:
+    """Fail at once, with the reason, where namespaces cannot be made."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise NetemUnavailable(
+            f"cluster=netem needs iproute2 ({', '.join(missing)} not found); "
+            "use cluster=local instead"
+        )
+    if os.geteuid() != 0:
+        raise NetemUnavailable(
+            "cluster=netem needs root to create network namespaces; use cluster=local instead"
+        )
+
+
+def _ip(*args: str, ns: str | None = None) -> None:
+    cmd = ["ip", *(["-n", ns] if ns else []), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if result.returncode:
+        raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
+
+
+def _tbf(ns: str, ifname: str, rate_mbit: float) -> None:
+    """Cap egress of ``ifname`` at ``rate_mbit`` (token bucket; burst sized for the rate)."""
+    burst = max(int(rate_mbit * 1e6 / 8 / 250), 16_000)  # about 4 ms of traffic, >= 16 kB
+    cmd = [
+        "tc",
+        "-n",
+        ns,
+        "qdisc",
+        "replace",
+        "dev",
+        ifname,
+        "root",
+        "tbf",
+        "rate",
+        f"{rate_mbit}mbit",
+        "burst",
+        str(burst),
+        "latency",
+        "100ms",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if result.returncode:
+        raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
+
+
+def build(n_workers: int, rate_mbit: float, driver_rate_mbit: float | None = None) -> Network:
+    """Make the namespaces, the bridge and the capped links (no processes yet)."""
+    check_available()
+    run = uuid.uuid4().hex[:6]
+    net = Network(run=run, hub=f"{PREFIX}-{run}-hub")
+    names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
+    try:
+        _ip("netns", "add", net.hub)
+        _ip("link", "add", "br0", "type", "bridge", ns=net.hub)
+        _ip("link", "set", "br0", "up", ns=net.hub)
+        for i, name in enumerate(names):
+            rate = driver_rate_mbit if name == "drv" and driver_rate_mbit else rate_mbit
+            host = Host(name, f"{PREFIX}-{run}-{name}", f"{SUBNET}.{i + 1}", "eth0", float(rate))
+            _ip("netns", "add", host.ns)
+            _ip("link", "set", "lo", "up", ns=host.ns)
+            hub_end = f"v{i}"
+            # both ends are made in the hub; eth0 moves to the host's namespace at once
+            _ip(
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                host.ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                hub_end,
+                ns=net.hub,
+            )
+            _ip("link", "set", hub_end, "master", "br0", ns=net.hub)
+            _ip("link", "set", hub_end, "up", ns=net.hub)
+            _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
+            _ip("link", "set", "eth0", "up", ns=host.ns)
+            _tbf(host.ns, "eth0", host.rate_mbit)  # what the host sends
+            _tbf(net.hub, hub_end, host.rate_mbit)  # what the host receives
+            net.hosts[name] = host
+    except BaseException:
+        destroy(net)
+        raise
+    return net
+
+
+def _in_ns(host: Host, argv: list[str], env: Mapping | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["ip", "netns", "exec", host.ns, *argv],
+        env={**os.environ, **(env or {})},
+        start_new_session=True,  # its own process group, killed as one on teardown
+        **kw,
+    )
+
+
+def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> None:
+    """Start ``dask scheduler`` and one single-threaded ``dask worker`` per worker namespace."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    bindir = Path(sys.executable).parent
+    sched = net.hosts["sched"]
+    out = open(log_dir / "scheduler.log", "w")
+    net.processes.append(
+        _in_ns(
+            sched,
+            [
+                str(bindir / "dask"),
+                "scheduler",
+                "--host",
+                sched.ip,
+                "--port",
+                str(SCHEDULER_PORT),
+                "--no-dashboard",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    for host in net.workers():
+        out = open(log_dir / f"worker-{host.name}.log", "w")
+        net.processes.append(
+            _in_ns(
+                host,
+                [
+                    str(bindir / "dask"),
+                    "worker",
+                    net.scheduler_address,
+                    "--host",
+                    host.ip,
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--name",
+                    host.name,
+                    "--death-timeout",
+                    str(connect_timeout_s),
+                    "--preload",
+                    "dcoded.engine.tasks",
+                ],
+                env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        )
+
+
+def tx_bytes(host: Host) -> int:
+    """Bytes the host's interface has sent (its own counter, read inside its namespace)."""
+    path = f"/sys/class/net/{host.ifname}/statistics/tx_bytes"
+    result = subprocess.run(
+        ["ip", "netns", "exec", host.ns, "cat", path], capture_output=True, text=True, timeout=30
+    )
+    return int(result.stdout.strip())
+
+
+def destroy(net: Network) -> None:
+    """Stop every process and delete every namespace (with them the links and the bridge)."""
+    for proc in net.processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in net.processes:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for ns in [*(h.ns for h in net.hosts.values()), net.hub]:
+        _delete_namespace(ns)
+
+
+def _delete_namespace(ns: str) -> None:
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    for pid in pids.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def stale_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{PREFIX}-")]
+
+
+def cleanup() -> list[str]:
+    """Remove every namespace (and the processes in it) that a netem run left behind."""
+    gone = stale_namespaces()
+    for ns in gone:
+        _delete_namespace(ns)
+    return gone
+
+
+@contextlib.contextmanager
+def network(
+    n_workers: int, rate_mbit: float, driver_rate_mbit: float | None, log_dir: Path
+) -> Iterator[Network]:
+    """The whole emulated cluster, removed on exit (also on error, Ctrl-C and SIGTERM)."""
+    net = build(n_workers, rate_mbit, driver_rate_mbit)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        start_dask(net, log_dir)
+        yield net
+    finally:
+        destroy(net)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def run_netem(cfg: Mapping, out_dir: Path) -> dict:
+    """Run one experiment on an emulated cluster; return its summary (with wire bytes).
+
+    The driver is a child process inside the driver namespace, running the same config as a
+    client of the emulated scheduler (``cluster.kind=address``); the interfaces' counters
+    around its training loop give ``bytes_per_worker.wire``.
+    """
+    cluster = cfg["cluster"]
+    out_dir = Path(out_dir)
+    with network(
+        int(cluster["n_workers"]),
+        float(cluster["bandwidth_mbit"]),
+        cluster.get("driver_bandwidth_mbit"),
+        out_dir / "netem",
+    ) as net:
+        child = copy.deepcopy(dict(cfg))
+        child["cluster"] = {
+            "kind": "address",
+            "address": net.scheduler_address,
+            "n_workers": int(cluster["n_workers"]),
+            "torch_threads": int(cluster.get("torch_threads", 1)),
+            "connect_timeout_s": float(cluster.get("connect_timeout_s", 60)),
+            "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
+            "netem": {
+                "bandwidth_mbit": float(cluster["bandwidth_mbit"]),
+                "driver_bandwidth_mbit": net.hosts["drv"].rate_mbit,
+            },
+        }
+        spec_file = out_dir / "netem" / "config.json"
+        spec_file.write_text(json.dumps(child))
+        proc = _in_ns(
+            net.hosts["drv"],
+            [sys.executable, "-m", "dcoded.netem", "child", str(spec_file), str(out_dir)],
+        )
+        try:
+            code = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    if code:
+        raise NetemRunFailed(code)
+    return json.loads((out_dir / "summary.json").read_text())
+
+
+class NetemRunFailed(RuntimeError):
+    """The driver inside the emulated network exited with an error (it said why)."""
+
+    def __init__(self, code: int):
+        super().__init__(f"the driver in the emulated network exited with status {code}")
+        self.code = code
+
+
+def wire_probe(hosts: list[Mapping]):
+    """A callable giving each worker interface's ``tx_bytes`` now (the wire counters)."""
+    parsed = [Host(h["name"], h["ns"], "", h["ifname"], 0.0) for h in hosts]
+    return lambda: [tx_bytes(h) for h in parsed]
+
+
+def _child(config_file: str, out_dir: str) -> int:
+    from omegaconf import OmegaConf
+
+    from dcoded.run import CLEAN_ERRORS, run
+
+    cfg = OmegaConf.create(json.loads(Path(config_file).read_text()))
+    try:
+        run(cfg, out_dir=out_dir)  # the parent prints the results
+    except CLEAN_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dcoded.netem")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("cleanup", help="remove namespaces and processes left by a killed run")
+    sub.add_parser("list", help="list the namespaces of netem runs")
+    child = sub.add_parser("child", help=argparse.SUPPRESS)
+    child.add_argument("config")
+    child.add_argument("out_dir")
+    args = parser.parse_args(argv)
+    if args.command == "child":
+        return _child(args.config, args.out_dir)
+    if args.command == "list":
+        print("\n".join(stale_namespaces()) or "no netem namespaces")
+        return 0
+    gone = cleanup()
+    print(f"removed {len(gone)} namespace(s)" + (": " + ", ".join(gone) if gone else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
