@@ -30,6 +30,7 @@ from dcoded.cluster import ClusterError, available_cores, check_cluster_config, 
 from dcoded.coding import loads
 from dcoded.data import DatasetError, check_dataset
 from dcoded.engine.cdc import train_cdc
+from dcoded.engine.ddp import train_ddp
 from dcoded.engine.driving import Context, Divergence, Progress, StepTimeout, WorkerLost
 from dcoded.engine.ps import train_asgd, train_ssgd
 from dcoded.engine.record import ReplicaMismatch, TrainingLog, write_history
@@ -41,7 +42,13 @@ from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
 from dcoded.optim import check_optimizer
 
-TRAINERS = {"cdc": train_cdc, "serial": train_serial, "ssgd": train_ssgd, "asgd": train_asgd}
+TRAINERS = {
+    "cdc": train_cdc,
+    "serial": train_serial,
+    "ssgd": train_ssgd,
+    "asgd": train_asgd,
+    "ddp": train_ddp,
+}
 SHUFFLES = ("coded", "uncoded")
 
 
@@ -136,6 +143,13 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             placement.check_batch(batch)
     except ValueError as e:
         raise ConfigError(config_names(str(e))) from None
+    if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
+        raise ConfigError(
+            "algorithm=ddp needs worker processes (one torch process group each): "
+            "set cluster.processes=true"
+        )
+    if algorithm == "ddp" and train.get("resume"):
+        raise ConfigError("train.resume is not supported for algorithm=ddp yet")
     if not uses_placement and batch < n_workers:
         raise ConfigError(
             f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
@@ -274,6 +288,8 @@ def theory(spec: RunSpec, d: int) -> dict:
     if spec.algorithm in ("cdc", "serial"):
         exchange = loads.shuffle(K, spec.redundancy, spec.group_size, spec.shuffle == "coded")
         params = loads.allgather(spec.placement.g).unicast
+    elif spec.algorithm == "ddp":
+        exchange, params = loads.ring_allreduce(K), 0.0
     else:
         exchange, down = loads.parameter_server(K)
         params = down.unicast
@@ -286,6 +302,8 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
     last = rows[-1] if rows else {}
     times = log.time_medians(rows)
     means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
+    if spec.algorithm == "ddp":  # gloo's packets are not visible: the buckets are (and wire)
+        means.update(multicast=None, unicast=None, params=None)
     th = theory(spec, d)
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
@@ -320,6 +338,9 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             "params": means["params"],
             "theory_params": th["params"],
             "dask_transfer": means["dask"],
+            "allreduced": (log.allreduced / spec.n_workers / max(len(rows), 1))
+            if spec.algorithm == "ddp"
+            else None,
             "dask_transfer_by_kind": log.dask_by_kind_means(len(rows)) if rows else {},
             "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
             "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "

@@ -152,3 +152,24 @@ def test_parameter_server_bytes(train):
     assert b["params"] == b["theory_params"] == 4 * d
     # the gradients really went through Dask, straight from each worker to the driver
     assert b["dask_transfer_by_kind"]["grad"] >= 4 * d
+
+
+@pytest.mark.slow
+def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
+    """DDP (gloo, in the Dask workers) applies the gradient ssgd applies: Σ grad / B over
+    the same samples, split the same way; only the reduction order differs."""
+    ddp = train(
+        "algorithm=ddp", "cluster.processes=true", "train.steps=12", out_dir=tmp_path / "ddp"
+    )
+    ssgd = train("algorithm=ssgd", "train.steps=12", out_dir=tmp_path / "ssgd")
+    assert ddp["final"]["train_loss"] == pytest.approx(ssgd["final"]["train_loss"], rel=1e-3)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "ddp" / "theta.npy"),
+        np.load(tmp_path / "ssgd" / "theta.npy"),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+    b = ddp["bytes_per_worker"]
+    assert b["dask_transfer"] == 0
+    assert b["allreduced"] == pytest.approx(4 * ddp["n_params"])  # every gradient, once a step
+    assert ddp["final"]["test_accuracy"] is not None

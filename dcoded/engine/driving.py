@@ -86,6 +86,21 @@ class Context:
                     self.check_cluster(what)
                     raise WorkerLost(f"{what}: task {f.key} was cancelled")
 
+    def wait_some(self, futures, timeout: float) -> None:
+        """Wait up to ``timeout`` for any of ``futures``; re-raise a task's error; when nothing
+        finished, check the cluster is still whole."""
+        try:
+            done, _ = wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            self.check_cluster("waiting")
+            return
+        except CancelledError as e:
+            self.check_cluster("waiting")
+            raise WorkerLost(str(e).splitlines()[-1].strip() or repr(e)) from None
+        for f in done:
+            if f.status == "error":
+                f.result()
+
     def lost_workers(self) -> list[str]:
         if self.client is None:
             return []

@@ -57,6 +57,9 @@ class TrainingLog:
         self._loss = defaultdict(float)
         self._windows = defaultdict(lambda: [float("inf"), float("-inf")])  # (step, phase)
         self.events: list[str] = []
+        self._stops: dict[int, float] = {}  # step -> when its last task record ended
+        self._starts: dict[int, float] = {}  # step -> when its first task record started
+        self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
         self.wire: list[int] | None = None  # bytes each worker interface sent (netem)
         self._nonfinite: tuple[int, float] | None = None
         self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
@@ -87,6 +90,28 @@ class TrainingLog:
         """``(step, value)`` of the first NaN or infinite training loss seen, if any."""
         return self._nonfinite
 
+    def steps_with_records(self, n_ranks: int) -> int:
+        """How many steps, from the first, every rank has finished (``map`` recorded)."""
+        steps = sorted({step for (step, phase) in self._phase if phase == "map"})
+        count = 0
+        for step in steps:
+            if len(self._phase[(step, "map")]) < n_ranks:
+                break
+            count += 1
+        return count
+
+    def ddp_rows(self, per_epoch: int) -> None:
+        """Driver rows for ranks that ran their own loop: a step ends when its last rank's
+        update ends; the clock starts when the first rank starts step 0 (after the process
+        group is up)."""
+        t_start = previous = min(self._starts.values(), default=0.0)
+        for step in sorted({s for (s, phase) in self._phase if phase == "map"}):
+            end = self._stops.get(step, previous)
+            self.driver_step(
+                step, epoch=step // per_epoch, wall_s=end - t_start, step_s=end - previous
+            )
+            previous = end
+
     def note(self, message: str) -> None:
         """Something the summary should mention (a lost worker, a resume)."""
         self.events.append(message)
@@ -113,6 +138,10 @@ class TrainingLog:
     def _add_record(self, rec: dict) -> None:
         step = rec["step"]
         self.add_phase(step, rec["phase"], rec["rank"], rec["stop"] - rec["start"])
+        self._stops[step] = max(self._stops.get(step, 0.0), rec["stop"])
+        self._starts[step] = min(self._starts.get(step, rec["start"]), rec["start"])
+        if "allreduced" in rec:
+            self.allreduced += rec["allreduced"]
         for field in ("multicast", "unicast", "params"):
             if field in rec:
                 self.add_bytes(step, field, rec[field])

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from dcoded.coding import Placement
 
-ALGORITHMS = ("cdc", "serial", "ssgd", "asgd")
+ALGORITHMS = ("cdc", "serial", "ssgd", "asgd", "ddp")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,162 @@
+"""PyTorch DistributedDataParallel (gloo) inside the same Dask workers: the system a user
+would pick instead, measured on the same cluster, with the data order, batch split and
+optimizer of ``ssgd``.
+
+One long-lived task per worker runs the whole training loop; the rendezvous is worker 0's
+address and a port chosen free at run time; the process group is destroyed at the end, also on
+failure. Each rank's loss is the sum over its ``B/K`` samples times ``K/B``, so DDP's average
+over ranks is ``Σ grad / B``, the gradient ``ssgd`` applies. DDP reduces gradients in buckets
+outside Dask, so Dask moves none of them (its byte count is zero); the buckets' sizes are
+recorded, and on ``cluster=netem`` the wire counters are the truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import time
+from urllib.parse import urlparse
+
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+from distributed import get_worker
+from hydra.utils import instantiate
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from dcoded.coding import array_split_slices
+from dcoded.engine import tasks
+from dcoded.engine.driving import POLL_S, Context, StepTimeout, pinned, steps_per_epoch
+from dcoded.engine.replica import Replica
+from dcoded.engine.spec import RunSpec
+from dcoded.engine.tasks import task_key
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now (run on worker 0: the rendezvous)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _interface_of(ip: str) -> str | None:
+    """The network interface that carries ``ip``; gloo must use it (in a namespace, the
+    hostname may resolve to loopback, which peers cannot reach)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
+            return name
+    return None
+
+
+def ddp_train(
+    run_id: str, rank: int, spec: RunSpec, master: str, port: int, theta0: np.ndarray | None
+) -> dict:
+    """The whole training loop of one rank; returns ``θ`` (rank 0) and the per-step records
+    are left for :func:`dcoded.engine.tasks.pull`."""
+    ip = urlparse(get_worker().address).hostname
+    iface = _interface_of(ip)
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+    replica = Replica(spec)
+    if theta0 is not None:
+        replica.set_theta(theta0)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master}:{port}",
+        rank=rank,
+        world_size=spec.n_workers,
+        timeout=datetime.timedelta(seconds=spec.step_timeout_s),
+    )
+    try:
+        return _loop(run_id, rank, spec, replica)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
+    model = DistributedDataParallel(replica.model)
+    reduced = [0]
+
+    def count_buckets(state, bucket):  # the default all-reduce, with its bucket sizes counted
+        reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
+        buf = bucket.buffer().div_(dist.get_world_size())
+        return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    model.register_comm_hook(None, count_buckets)
+    optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
+    K, B = spec.n_workers, spec.batch_size
+    part = array_split_slices(B, K)[rank]
+    for step in range(spec.steps):
+        t0 = time.time()
+        _, idx = replica.step_samples(step)
+        x = torch.from_numpy(replica.data.x_train[idx[part]])
+        y = torch.from_numpy(replica.data.y_train[idx[part]])
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = F.cross_entropy(model(x), y, reduction="sum")
+        (loss_sum * (K / B)).backward()  # DDP averages over ranks: Σ grad / B
+        t1 = time.time()
+        optimizer.step()
+        t2 = time.time()
+        tasks._record(
+            run_id,
+            step=step,
+            rank=rank,
+            phase="map",
+            start=t0,
+            stop=t1,
+            loss=float(loss_sum.detach()),
+            allreduced=reduced[0],
+        )
+        tasks._record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
+        reduced[0] = 0
+    theta = replica.theta if rank == 0 else None
+    return {"theta": theta}
+
+
+def train_ddp(ctx: Context) -> np.ndarray:
+    """Start one DDP rank per worker and follow them through their records."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    if ctx.resume is not None:
+        raise NotImplementedError("train.resume is not supported for algorithm=ddp yet")
+    master = urlparse(workers[0]).hostname
+    port = client.submit(free_port, master, **pinned(workers[0])).result()
+    futures = [
+        client.submit(
+            ddp_train,
+            spec.run_id,
+            k,
+            spec,
+            master,
+            port,
+            None,
+            key=task_key(spec.run_id, "ddp", -1, k),
+            **pinned(w),
+        )
+        for k, w in enumerate(workers)
+    ]
+    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    shown, last_progress = 0, time.monotonic()
+    while True:
+        ctx.wait_some(futures, POLL_S)
+        ctx.log.pull(client)
+        done_steps = ctx.log.steps_with_records(spec.n_workers)
+        if done_steps > shown:
+            last_progress = time.monotonic()
+            if ctx.progress is not None:
+                ctx.progress.update(done_steps - shown)
+            shown = done_steps
+        if all(f.done() for f in futures):
+            break
+        if time.monotonic() - last_progress > spec.step_timeout_s:
+            raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
+    theta = client.gather(futures[0], direct=True)["theta"]
+    ctx.log.pull(client)
+    ctx.log.ddp_rows(per_epoch)
+    acc, loss = ctx.reference.evaluate(theta)
+    ctx.log.evaluation(spec.steps - 1, acc, loss)
+    return theta
