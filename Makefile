@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint format loads clean
+.PHONY: run test test-fast lint format loads bench netem-cleanup clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 loads: $(STAMP)
 	$(BIN)/python -m dcoded.coding $(ARGS)
 
+bench: $(STAMP)
+	$(BIN)/python -m dcoded.bench $(ARGS)
+
+netem-cleanup: $(STAMP)
+	$(BIN)/python -m dcoded.netem cleanup
+
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -38,4 +44,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix dcoded tests
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) outputs multirun bench .pytest_cache .ruff_cache build *.egg-info

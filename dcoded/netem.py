@@ -284,12 +284,7 @@ def _raise_interrupt(signum, frame):
 
 
 def run_netem(cfg: Mapping, out_dir: Path) -> dict:
-    """Run one experiment on an emulated cluster; return its summary (with wire bytes).
-
-    The driver is a child process inside the driver namespace, running the same config as a
-    client of the emulated scheduler (``cluster.kind=address``); the interfaces' counters
-    around its training loop give ``bytes_per_worker.wire``.
-    """
+    """Run one experiment on a new emulated cluster; return its summary (with wire bytes)."""
     cluster = cfg["cluster"]
     out_dir = Path(out_dir)
     with network(
@@ -298,32 +293,45 @@ def run_netem(cfg: Mapping, out_dir: Path) -> dict:
         cluster.get("driver_bandwidth_mbit"),
         out_dir / "netem",
     ) as net:
-        child = copy.deepcopy(dict(cfg))
-        child["cluster"] = {
-            "kind": "address",
-            "address": net.scheduler_address,
-            "n_workers": int(cluster["n_workers"]),
-            "torch_threads": int(cluster.get("torch_threads", 1)),
-            "connect_timeout_s": float(cluster.get("connect_timeout_s", 60)),
-            "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
-            "netem": {
-                "bandwidth_mbit": float(cluster["bandwidth_mbit"]),
-                "driver_bandwidth_mbit": net.hosts["drv"].rate_mbit,
-            },
-        }
-        spec_file = out_dir / "netem" / "config.json"
-        spec_file.write_text(json.dumps(child))
-        proc = _in_ns(
-            net.hosts["drv"],
-            [sys.executable, "-m", "dcoded.netem", "child", str(spec_file), str(out_dir)],
-        )
-        try:
-            code = proc.wait()
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-            raise
+        return run_in_network(cfg, out_dir, net)
+
+
+def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
+    """Run one experiment on an existing emulated cluster (several runs can share one).
+
+    The driver is a child process inside the driver namespace, running the same config as a
+    client of the emulated scheduler (``cluster.kind=address``); the interfaces' counters
+    around its training loop give ``bytes_per_worker.wire``.
+    """
+    cluster = cfg["cluster"]
+    out_dir = Path(out_dir)
+    (out_dir / "netem").mkdir(parents=True, exist_ok=True)
+    child = copy.deepcopy(dict(cfg))
+    child["cluster"] = {
+        "kind": "address",
+        "address": net.scheduler_address,
+        "n_workers": int(cluster["n_workers"]),
+        "torch_threads": int(cluster.get("torch_threads", 1)),
+        "connect_timeout_s": float(cluster.get("connect_timeout_s", 60)),
+        "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
+        "netem": {
+            "bandwidth_mbit": net.workers()[0].rate_mbit,
+            "driver_bandwidth_mbit": net.hosts["drv"].rate_mbit,
+        },
+    }
+    spec_file = out_dir / "netem" / "config.json"
+    spec_file.write_text(json.dumps(child))
+    proc = _in_ns(
+        net.hosts["drv"],
+        [sys.executable, "-m", "dcoded.netem", "child", str(spec_file), str(out_dir)],
+    )
+    try:
+        code = proc.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
     if code:
         raise NetemRunFailed(code)
     return json.loads((out_dir / "summary.json").read_text())

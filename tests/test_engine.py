@@ -173,3 +173,47 @@ def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
     assert b["dask_transfer"] == 0
     assert b["allreduced"] == pytest.approx(4 * ddp["n_params"])  # every gradient, once a step
     assert ddp["final"]["test_accuracy"] is not None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["optimizer=adam", "train.lr=0.01"],
+        [
+            "dataset=synthetic",
+            "dataset.shape=[1,12,12]",
+            "dataset.n_samples=300",
+            "dataset.n_test=50",
+        ],
+        [
+            "model=cnn",
+            *CNN,
+            "dataset=synthetic",
+            "dataset.shape=[3,8,8]",
+            "dataset.n_samples=300",
+            "dataset.n_test=50",
+        ],
+    ],
+    ids=["adam", "synthetic-dnn", "synthetic-rgb-cnn"],
+)
+def test_cdc_equals_serial_for_other_optimizers_and_data(train, extra):
+    serial = train("algorithm=serial", "cluster.n_workers=4", *extra)
+    cdc = train("algorithm=cdc", "cluster.n_workers=4", *extra)
+    assert cdc["param_sha256"] == serial["param_sha256"]
+
+
+def test_cdc_trains_on_cifar10_pickles(train, tmp_path):
+    from tests.test_data import make_cifar_folder
+
+    make_cifar_folder(tmp_path / "cifar-10-batches-py")
+    common = [
+        "dataset=cifar10",
+        f"dataset.path={tmp_path}",
+        "model=cnn",
+        *CNN,
+        "train.batch_size=12",
+        "train.steps=2",
+    ]
+    serial = train("algorithm=serial", *common)
+    cdc = train("algorithm=cdc", *common)
+    assert cdc["param_sha256"] == serial["param_sha256"] and cdc["dataset"] == "cifar10"

@@ -143,7 +143,13 @@ def train_asgd(ctx: Context) -> np.ndarray:
             update, next_update = next_update, next_update + 1
         step, part = divmod(update, K)
         t = time.perf_counter()
-        sent = _send_theta(client, theta, address)
+        while True:
+            try:
+                sent = _send_theta(client, theta, address)
+                break
+            except OSError:  # the worker died just now: the update goes to another one
+                _drop_workers(ctx, {address, *ctx.lost_workers()})
+                address = ctx.workers[update % len(ctx.workers)]
         future = client.submit(
             tasks.ps_grad,
             run,
@@ -229,16 +235,23 @@ def _reassign_lost(ctx: Context, pending: dict, launch) -> bool:
     lost = set(ctx.lost_workers())
     if not lost:
         return False
-    alive = [w for w in ctx.workers if w not in lost]
-    if not alive:
-        raise WorkerLost("asgd: every worker was lost")
+    _drop_workers(ctx, lost)
     for future, (update, _, address, _) in list(pending.items()):
         if address in lost:
             del pending[future]
-            launch(alive[update % len(alive)], update)
-    ctx.log.note(f"asgd lost worker(s) {sorted(lost)}; going on with {len(alive)}")
-    ctx.workers[:] = alive
+            launch(ctx.workers[update % len(ctx.workers)], update)
     return True
+
+
+def _drop_workers(ctx: Context, lost: set[str]) -> None:
+    """Go on without ``lost`` (noted in the summary's events)."""
+    gone = sorted(w for w in lost if w in ctx.workers)
+    alive = [w for w in ctx.workers if w not in lost]
+    if not alive:
+        raise WorkerLost("asgd: every worker was lost")
+    if gone:
+        ctx.log.note(f"asgd lost worker(s) {gone}; going on with {len(alive)}")
+    ctx.workers[:] = alive
 
 
 class _StepAccumulator:

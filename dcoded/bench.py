@@ -1,0 +1,190 @@
+"""Side-by-side benchmark: ``python -m dcoded.bench`` (or ``make bench``).
+
+On one emulated cluster (``cluster=netem``; ``--cluster local`` where there is no root) it runs
+``ssgd``, ``asgd``, ``ddp`` and ``cdc`` at every redundancy (coded, and uncoded where the two
+differ) for each model, on MNIST-sized synthetic data, and writes ``results.csv`` and
+``results.md``: time per batch and per phase, bytes per worker (measured multicast and unicast,
+Dask, wire) beside the closed forms, and every time as a ratio to ``ssgd`` and to ``ddp``
+measured in the same run. Speed is judged here, never by timed assertions in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from dcoded.config import compose_config
+
+COLUMNS = [
+    "model",
+    "algorithm",
+    "r",
+    "shuffle",
+    "steps",
+    "step_ms",
+    "vs_ssgd",
+    "vs_ddp",
+    "map_ms",
+    "encode_ms",
+    "shuffle_ms",
+    "decode_ms",
+    "update_ms",
+    "params_ms",
+    "multicast",
+    "theory_multicast",
+    "unicast",
+    "theory_unicast",
+    "params",
+    "dask",
+    "wire",
+    "test_accuracy",
+]
+
+
+def plan(n_workers: int, redundancies: list[int] | None) -> list[list[str]]:
+    """The runs for one model: the baselines, then cdc at every useful ``r``."""
+    runs = [["algorithm=ssgd"], ["algorithm=asgd"], ["algorithm=ddp"]]
+    for r in redundancies or range(1, n_workers + 1):
+        runs.append(["algorithm=cdc", f"coding.redundancy={r}", "coding.shuffle=coded"])
+        if 1 < r < n_workers:  # at r=1 packets are uncoded anyway; at r=K nothing is shuffled
+            runs.append(["algorithm=cdc", f"coding.redundancy={r}", "coding.shuffle=uncoded"])
+    return runs
+
+
+def row(summary: dict) -> dict:
+    t, b = summary["time_s"], summary["bytes_per_worker"]
+
+    def ms(x):
+        return None if x is None else round(1e3 * x, 2)
+
+    return {
+        "model": summary["model"],
+        "algorithm": summary["algorithm"],
+        "r": summary["redundancy"],
+        "shuffle": summary["shuffle"],
+        "steps": summary["steps"],
+        "step_ms": ms(t["step_median"]),
+        **{
+            f"{p}_ms": ms(t.get(p))
+            for p in ("map", "encode", "shuffle", "decode", "update", "params")
+        },
+        "multicast": b["multicast"],
+        "theory_multicast": b["theory_multicast"],
+        "unicast": b["unicast"],
+        "theory_unicast": b["theory_unicast"],
+        "params": b["params"],
+        "dask": b["dask_transfer"],
+        "wire": b["wire"],
+        "test_accuracy": summary["final"]["test_accuracy"],
+    }
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Each step time over ``ssgd``'s and ``ddp``'s for the same model, from this run."""
+    for model in {r["model"] for r in rows}:
+        same = [r for r in rows if r["model"] == model]
+        base = {r["algorithm"]: r["step_ms"] for r in same if r["algorithm"] in ("ssgd", "ddp")}
+        for r in same:
+            for name in ("ssgd", "ddp"):
+                ref = base.get(name)
+                r[f"vs_{name}"] = round(r["step_ms"] / ref, 3) if ref and r["step_ms"] else None
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
+        return str(v)
+
+    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dcoded.bench", description=__doc__)
+    parser.add_argument("--cluster", choices=["netem", "local"], default="netem")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--bandwidth-mbit", type=float, default=100.0)
+    parser.add_argument("--models", default="dnn,cnn")
+    parser.add_argument("--redundancies", default=None, help="e.g. 1,2 (default: 1..K)")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=240)
+    parser.add_argument("--samples", type=int, default=4096, help="synthetic training samples")
+    parser.add_argument("--out", default="bench")
+    parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    redundancies = [int(x) for x in args.redundancies.split(",")] if args.redundancies else None
+    common = [
+        f"cluster={args.cluster}",
+        f"cluster.n_workers={args.workers}",
+        "dataset=synthetic",
+        f"dataset.n_samples={args.samples}",
+        "dataset.n_test=1000",
+        "dataset.shape=[1,28,28]",
+        f"train.steps={args.steps}",
+        f"train.batch_size={args.batch_size}",
+        "train.eval_every=0",
+        "progress=false",
+        *args.overrides,
+    ]
+    if args.cluster == "netem":
+        common.append(f"cluster.bandwidth_mbit={args.bandwidth_mbit}")
+    from dcoded import netem
+    from dcoded.run import run
+
+    rows = []
+    stack = contextlib.ExitStack()
+    with stack:
+        net = None
+        if args.cluster == "netem":
+            net = stack.enter_context(
+                netem.network(args.workers, args.bandwidth_mbit, None, out / "netem")
+            )
+        for model in args.models.split(","):
+            for extra in plan(args.workers, redundancies):
+                name = "-".join([model, *(e.split("=")[1] for e in extra)])
+                cfg = compose_config([*common, f"model={model}", *extra])
+                t = time.monotonic()
+                if net is not None:
+                    from omegaconf import OmegaConf
+
+                    summary = netem.run_in_network(
+                        OmegaConf.to_container(cfg, resolve=True), out / name, net
+                    )
+                else:
+                    summary = run(cfg, out_dir=out / name)
+                rows.append(row(summary))
+                print(
+                    f"{name}: {rows[-1]['step_ms']} ms/step ({time.monotonic() - t:.0f} s)",
+                    file=sys.stderr,
+                )
+    add_ratios(rows)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    header = (
+        f"dcoded bench: K={args.workers}, cluster={args.cluster}"
+        + (f" at {args.bandwidth_mbit:g} Mbit/s per link" if args.cluster == "netem" else "")
+        + f", synthetic 1x28x28, B={args.batch_size}, {args.steps} steps; times are medians "
+        "per step; bytes per worker per step; vs_*: step time over that baseline's, same run"
+    )
+    text = markdown(rows, header)
+    (out / "results.md").write_text(text)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
