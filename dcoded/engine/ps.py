@@ -60,6 +60,11 @@ def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
     return theta, optimizer
 
 
+def _after_server_step(ctx: Context, step: int, clock: Clock, theta, optimizer) -> None:
+    """Evaluation and checkpoints of the server's ``θ`` and optimizer."""
+    after_step(ctx, step, clock, lambda: theta, lambda: (theta, optimizer.state_arrays()))
+
+
 def _send_theta(client, theta: np.ndarray, address: str):
     return client.scatter(theta, workers=[address], direct=True, hash=False)
 
@@ -114,13 +119,7 @@ def train_ssgd(ctx: Context) -> np.ndarray:
             bytes_params=theta.nbytes,
         )
         del sent
-        after_step(
-            ctx,
-            step,
-            clock,
-            lambda theta=theta: theta,
-            lambda theta=theta: (theta, optimizer.state_arrays()),
-        )
+        _after_server_step(ctx, step, clock, theta, optimizer)
     return theta
 
 
@@ -217,13 +216,7 @@ def train_asgd(ctx: Context) -> np.ndarray:
                     step_s=now - step_t0,
                     **acc.row(spec.batch_size, res["grad"].nbytes),
                 )
-                after_step(
-                    ctx,
-                    step,
-                    clock,
-                    lambda theta=theta: theta,
-                    lambda theta=theta: (theta, optimizer.state_arrays()),
-                )
+                _after_server_step(ctx, step, clock, theta, optimizer)
                 step, step_t0, acc = step + 1, clock.now(), _StepAccumulator()
     return theta
 

@@ -215,17 +215,7 @@ def cdc_encode(run_id: str, rank: int, step: int, group: tuple, grads: dict) -> 
     t0 = time.time()
     st = _state(run_id, rank)
     packet = encode_packet(group, st.local, grads, st.segments)
-    r = len(group) - 1
-    _record(
-        run_id,
-        step=step,
-        rank=rank,
-        phase="encode",
-        start=t0,
-        stop=time.time(),
-        multicast=packet.nbytes,
-        unicast=packet.nbytes * r,
-    )
+    _record_sent(run_id, rank, step, t0, packet, receivers=len(group) - 1)
     return packet
 
 
@@ -234,6 +224,12 @@ def cdc_uncoded(run_id: str, rank: int, step: int, group: tuple, receiver: int, 
     t0 = time.time()
     st = _state(run_id, rank)
     value = grads[label_without(group, receiver)][st.segments[receiver]].copy()
+    _record_sent(run_id, rank, step, t0, value, receivers=1)
+    return value
+
+
+def _record_sent(run_id: str, rank: int, step: int, t0: float, payload, receivers: int) -> None:
+    """The encode phase and what it will send: once (multicast), once per receiver (unicast)."""
     _record(
         run_id,
         step=step,
@@ -241,10 +237,9 @@ def cdc_uncoded(run_id: str, rank: int, step: int, group: tuple, receiver: int, 
         phase="encode",
         start=t0,
         stop=time.time(),
-        multicast=value.nbytes,
-        unicast=value.nbytes,
+        multicast=payload.nbytes,
+        unicast=payload.nbytes * receivers,
     )
-    return value
 
 
 def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -> np.ndarray:
