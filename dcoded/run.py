@@ -136,6 +136,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         run_id="dc" + uuid.uuid4().hex[:10],
         step_timeout_s=float(train.get("step_timeout_s", 300)),
         checkpoint_every=int(train.get("checkpoint_every") or 0),
+        pipeline=bool(train.get("pipeline", True)),
     )
     try:
         placement = spec.placement

@@ -14,7 +14,14 @@ import numpy as np
 from dcoded.checkpoint import concat_shards
 from dcoded.coding import uncoded_sender
 from dcoded.engine import tasks
-from dcoded.engine.driving import Clock, Context, after_step, pinned, steps_per_epoch
+from dcoded.engine.driving import (
+    Clock,
+    Context,
+    after_step,
+    bookkeeping_due,
+    pinned,
+    steps_per_epoch,
+)
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.tasks import task_key
 
@@ -111,11 +118,19 @@ def train_cdc(ctx: Context) -> np.ndarray:
 
     per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     clock = Clock()
+    ahead, done_at = None, 0.0
     for step in range(ctx.start_step, spec.steps):
-        t0 = clock.now()
-        segments = submit_step(client, spec, workers, step, segments)
-        ctx.wait_all(segments, f"step {step}")
-        t1 = clock.now()
-        ctx.log.driver_step(step, epoch=step // per_epoch, wall_s=t1, step_s=t1 - t0)
+        # a step submitted ahead has been running since the previous one ended
+        t0 = clock.now() if ahead is None else done_at
+        current = ahead or submit_step(client, spec, workers, step, segments)
+        ahead = None
+        if spec.pipeline and step + 1 < spec.steps and not bookkeeping_due(ctx, step):
+            # the scheduler gets step+1's graph while step runs: its maps wait for the
+            # segments by dependency, so nothing changes but the driver's round trip
+            ahead = submit_step(client, spec, workers, step + 1, current)
+        ctx.wait_all(current, f"step {step}")
+        done_at = clock.now()
+        segments = current
+        ctx.log.driver_step(step, epoch=step // per_epoch, wall_s=done_at, step_s=done_at - t0)
         after_step(ctx, step, clock, theta, snapshot)
     return theta()

@@ -187,13 +187,27 @@ def steps_per_epoch(n_train: int, batch_size: int) -> int:
     return n_train // batch_size
 
 
+#: Steps between two drains of the workers' records.
+PULL_EVERY = 10
+
+
+def bookkeeping_due(ctx: Context, step: int) -> bool:
+    """Whether :func:`after_step` does more than move the progress bar after ``step``."""
+    spec, done = ctx.spec, step + 1
+    return (
+        done == spec.steps
+        or done % PULL_EVERY == 0
+        or bool(spec.eval_every and done % spec.eval_every == 0)
+        or bool(spec.checkpoint_every and done % spec.checkpoint_every == 0)
+    )
+
+
 def after_step(
     ctx: Context,
     step: int,
     clock: Clock,
     theta: Callable[[], np.ndarray],
     snapshot: Callable[[], tuple[np.ndarray, dict]] | None = None,
-    pull_every: int = 10,
 ) -> None:
     """Drain worker records now and then (and stop on a non-finite loss), evaluate every
     ``eval_every`` steps and at the last, checkpoint every ``checkpoint_every`` steps, and
@@ -205,7 +219,7 @@ def after_step(
     done = step + 1
     last = done == spec.steps
     with clock.paused():
-        if ctx.client is not None and (last or done % pull_every == 0):
+        if ctx.client is not None and (last or done % PULL_EVERY == 0):
             log.pull(ctx.client)
         _check_finite(log.first_nonfinite_loss())
         if last or (spec.eval_every and done % spec.eval_every == 0):

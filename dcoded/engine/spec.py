@@ -34,6 +34,7 @@ class RunSpec:
     run_id: str = "run"
     step_timeout_s: float = 300.0
     checkpoint_every: int = 0
+    pipeline: bool = True
     extra: Mapping = field(default_factory=dict)
 
     @property
