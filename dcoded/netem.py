@@ -57,6 +57,7 @@ class Network:
     hub: str
     hosts: dict[str, Host] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
+    logs: list = field(default_factory=list)  # open log files of those processes
 
     @property
     def scheduler_address(self) -> str:
@@ -126,6 +127,7 @@ def build(n_workers: int, rate_mbit: float, driver_rate_mbit: float | None = Non
             rate = driver_rate_mbit if name == "drv" and driver_rate_mbit else rate_mbit
             host = Host(name, f"{PREFIX}-{run}-{name}", f"{SUBNET}.{i + 1}", "eth0", float(rate))
             _ip("netns", "add", host.ns)
+            net.hosts[name] = host  # from here on, destroy() removes it
             _ip("link", "set", "lo", "up", ns=host.ns)
             hub_end = f"v{i}"
             # both ends are made in the hub; eth0 moves to the host's namespace at once
@@ -148,7 +150,6 @@ def build(n_workers: int, rate_mbit: float, driver_rate_mbit: float | None = Non
             _ip("link", "set", "eth0", "up", ns=host.ns)
             _tbf(host.ns, "eth0", host.rate_mbit)  # what the host sends
             _tbf(net.hub, hub_end, host.rate_mbit)  # what the host receives
-            net.hosts[name] = host
     except BaseException:
         destroy(net)
         raise
@@ -169,7 +170,8 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
     log_dir.mkdir(parents=True, exist_ok=True)
     bindir = Path(sys.executable).parent
     sched = net.hosts["sched"]
-    out = open(log_dir / "scheduler.log", "w")
+    out = open(log_dir / "scheduler.log", "w")  # closed by destroy()
+    net.logs.append(out)
     net.processes.append(
         _in_ns(
             sched,
@@ -187,7 +189,8 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
         )
     )
     for host in net.workers():
-        out = open(log_dir / f"worker-{host.name}.log", "w")
+        out = open(log_dir / f"worker-{host.name}.log", "w")  # closed by destroy()
+        net.logs.append(out)
         net.processes.append(
             _in_ns(
                 host,
@@ -207,7 +210,12 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                     "--preload",
                     "dcoded.engine.tasks",
                 ],
-                env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                env={
+                    "OMP_NUM_THREADS": "1",
+                    "MKL_NUM_THREADS": "1",
+                    # no transfer of a run may fall out of the logs between two pulls
+                    "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "100000",
+                },
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -238,6 +246,8 @@ def destroy(net: Network) -> None:
             proc.wait()
     for ns in [*(h.ns for h in net.hosts.values()), net.hub]:
         _delete_namespace(ns)
+    for f in net.logs:
+        f.close()
 
 
 def _delete_namespace(ns: str) -> None:
@@ -266,13 +276,15 @@ def network(
     n_workers: int, rate_mbit: float, driver_rate_mbit: float | None, log_dir: Path
 ) -> Iterator[Network]:
     """The whole emulated cluster, removed on exit (also on error, Ctrl-C and SIGTERM)."""
-    net = build(n_workers, rate_mbit, driver_rate_mbit)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        start_dask(net, log_dir)
-        yield net
+        net = build(n_workers, rate_mbit, driver_rate_mbit)
+        try:
+            start_dask(net, log_dir)
+            yield net
+        finally:
+            destroy(net)
     finally:
-        destroy(net)
         signal.signal(signal.SIGTERM, previous)
 
 

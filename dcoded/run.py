@@ -8,6 +8,7 @@ output directory.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dcoded.checkpoint import Checkpoint, CheckpointError
+from dcoded.checkpoint import Checkpoint, CheckpointError, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
 from dcoded.coding import loads
@@ -40,7 +41,7 @@ from dcoded.engine.spec import ALGORITHMS, RunSpec
 from dcoded.engine.tasks import ReplicaMissing
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
-from dcoded.optim import check_optimizer
+from dcoded.optim import SegmentOptimizer, check_optimizer
 
 TRAINERS = {
     "cdc": train_cdc,
@@ -188,12 +189,38 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
                 f"train.resume={train['resume']}: the checkpoint has {len(resume.theta)} "
                 f"parameters, model={model['name']} here has {reference.n_params}"
             )
+        _check_resume(resume, spec, train["resume"])
         if resume.step >= steps:
             raise ConfigError(
                 f"train.resume={train['resume']}: the checkpoint is at step {resume.step}, "
                 f"train.steps={steps}: nothing left to run (raise train.steps)"
             )
     return spec, reference, resume
+
+
+def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:
+    """A resumed run continues the same sample order with state its optimizer can take."""
+    meta = resume.meta
+    for name, mine, key in [
+        ("train.seed", spec.seed, "seed"),
+        ("train.batch_size", spec.batch_size, "batch_size"),
+        ("dataset", spec.dataset.get("name"), "dataset"),
+        ("optimizer", spec.optimizer.get("_target_"), "optimizer"),
+    ]:
+        if key in meta and meta[key] != mine:
+            raise ConfigError(
+                f"train.resume={where}: the checkpoint has {name}={meta[key]}, this run "
+                f"{mine}; a resumed run must keep it (the sample order and state depend on it)"
+            )
+    try:
+        probe = SegmentOptimizer(resume.theta[:1].copy(), spec.optimizer)
+        probe.load_state_arrays(slice_state(resume.optimizer, slice(0, 1)))
+    except Exception as e:  # torch says why the state does not fit, in its own words
+        raise ConfigError(
+            f"train.resume={where}: the checkpoint's optimizer state "
+            f"({', '.join(sorted(resume.optimizer)) or 'empty'}) does not fit this optimizer: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
 
 
 def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None = None) -> dict:
@@ -251,6 +278,7 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
                 }
     except BaseException as e:
         if run_dir is not None:
+            _last_pull(ctx)
             write_history(run_dir / "history.csv", log.history())
         if isinstance(e, RUN_ERRORS):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
@@ -263,6 +291,16 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _last_pull(ctx: Context) -> None:
+    """Drain the records of the steps since the last pull, if the cluster still answers (a
+    failed run's history should reach the failure); never blocks for long."""
+    client = ctx.client
+    if client is None or getattr(client, "status", None) != "running":
+        return
+    with contextlib.suppress(Exception):
+        ctx.bounded("final pull", ctx.log.pull, client, check=ctx.check_connection)
 
 
 def _wire_probe(cluster: Mapping):

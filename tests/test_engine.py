@@ -59,8 +59,8 @@ def test_cdc_equals_serial_bit_for_bit(train, case):
     assert cdc["n_params"] == serial["n_params"]
 
 
-def test_sha_changes_with_the_data_order(train):
-    """The comparison above can fail: another seed gives other parameters."""
+def test_sha_changes_with_the_seed(train):
+    """The comparison above can fail: another seed (init and sample order) gives other bits."""
     a = train("algorithm=serial", "train.seed=0")
     b = train("algorithm=serial", "train.seed=1")
     assert a["param_sha256"] != b["param_sha256"]
@@ -107,7 +107,7 @@ def test_parameter_servers_learn_digits(train, algorithm):
     assert summary["final"]["test_accuracy"] >= 0.85
     assert summary["final"]["train_loss"] < 0.6
     if algorithm == "asgd":
-        assert summary["staleness_mean"] is not None and summary["staleness_mean"] >= 0
+        assert summary["staleness_mean"] > 0  # K=4 gradients in flight: some are stale
 
 
 def test_ssgd_matches_serial_at_r1_closely(train):

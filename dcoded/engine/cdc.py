@@ -108,13 +108,13 @@ def train_cdc(ctx: Context) -> np.ndarray:
     ctx.log.pull(client)  # setup's records are not training
 
     def theta() -> np.ndarray:
-        return np.concatenate(client.gather(segments[: p.g], direct=True))
+        return np.concatenate(ctx.gather(segments[: p.g], "gathering θ"))
 
     def snapshot() -> tuple[np.ndarray, dict]:
         states = [
             client.submit(tasks.shard_state, run, k, **pinned(workers[k])) for k in range(p.g)
         ]
-        return theta(), concat_shards(client.gather(states, direct=True))
+        return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
     per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     clock = Clock()

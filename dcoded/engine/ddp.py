@@ -30,7 +30,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dcoded.coding import array_split_slices
 from dcoded.engine import tasks
-from dcoded.engine.driving import POLL_S, Context, StepTimeout, pinned, steps_per_epoch
+from dcoded.engine.driving import (
+    POLL_S,
+    Context,
+    StepTimeout,
+    check_finite,
+    pinned,
+    steps_per_epoch,
+)
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.tasks import task_key
@@ -124,7 +131,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
     if ctx.resume is not None:
         raise NotImplementedError("train.resume is not supported for algorithm=ddp yet")
     master = urlparse(workers[0]).hostname
-    port = client.submit(free_port, master, **pinned(workers[0])).result()
+    port = ctx.gather(client.submit(free_port, master, **pinned(workers[0])), "rendezvous port")
     futures = [
         client.submit(
             ddp_train,
@@ -144,6 +151,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
     while True:
         ctx.wait_some(futures, POLL_S)
         ctx.log.pull(client)
+        check_finite(ctx.log.first_nonfinite_loss())
         done_steps = ctx.log.steps_with_records(spec.n_workers)
         if done_steps > shown:
             last_progress = time.monotonic()
@@ -154,7 +162,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
             break
         if time.monotonic() - last_progress > spec.step_timeout_s:
             raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
-    theta = client.gather(futures[0], direct=True)["theta"]
+    theta = ctx.gather(futures[0], "gathering θ")["theta"]
     ctx.log.pull(client)
     ctx.log.ddp_rows(per_epoch)
     acc, loss = ctx.reference.evaluate(theta)

@@ -5,6 +5,7 @@ of the training time, periodic evaluation and checkpoints."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -100,6 +101,48 @@ class Context:
         for f in done:
             if f.status == "error":
                 f.result()
+
+    def bounded(self, what: str, call: Callable, *args, check: Callable | None = None, **kwargs):
+        """``call(*args, **kwargs)`` (a blocking client call: gather, scatter, run) within
+        ``train.step_timeout_s``, checking every ``POLL_S`` that the cluster is whole: a
+        gather of data a dead worker held, or a scatter to it, would otherwise wait forever.
+        Dask's own communication errors become :class:`WorkerLost`. ``check(what)`` replaces
+        that health check (``asgd`` goes on when another worker is lost)."""
+        check = check or self.check_cluster
+        box: dict = {}
+        done = threading.Event()
+
+        def target():
+            try:
+                box["value"] = call(*args, **kwargs)
+            except BaseException as e:  # handed to the caller below
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, daemon=True, name=f"dcoded {what}").start()
+        deadline = time.monotonic() + self.spec.step_timeout_s
+        while not done.wait(POLL_S):
+            check(what)
+            if time.monotonic() > deadline:
+                raise StepTimeout(
+                    f"{what} did not finish within train.step_timeout_s="
+                    f"{self.spec.step_timeout_s:g}s"
+                )
+        if "error" in box:
+            error = box["error"]
+            if isinstance(error, OSError | TimeoutError | CancelledError):
+                check(what)
+                raise WorkerLost(f"{what}: {str(error).splitlines()[0]}") from None
+            raise error
+        return box["value"]
+
+    def gather(self, futures, what: str):
+        """Wait for ``futures`` (bounded, see :meth:`wait_all`), then fetch their results
+        straight from the workers (bounded, see :meth:`bounded`)."""
+        many = isinstance(futures, list | tuple)
+        self.wait_all(futures if many else [futures], what)
+        return self.bounded(what, self.client.gather, futures, direct=True)
 
     def lost_workers(self) -> list[str]:
         if self.client is None:
@@ -221,7 +264,7 @@ def after_step(
     with clock.paused():
         if ctx.client is not None and (last or done % PULL_EVERY == 0):
             log.pull(ctx.client)
-        _check_finite(log.first_nonfinite_loss())
+        check_finite(log.first_nonfinite_loss())
         if last or (spec.eval_every and done % spec.eval_every == 0):
             acc, loss = ctx.reference.evaluate(theta())
             log.evaluation(step, acc, loss)
@@ -239,6 +282,9 @@ def after_step(
                 "seed": spec.seed,
                 "batch_size": spec.batch_size,
                 "run_id": spec.run_id,
+                "dataset": spec.dataset.get("name"),
+                "model": spec.model.get("name"),
+                "optimizer": spec.optimizer.get("_target_"),
             }
             ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
             ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)
@@ -247,6 +293,7 @@ def after_step(
             ctx.progress.update(1)
 
 
-def _check_finite(found: tuple[int, float] | None) -> None:
+def check_finite(found: tuple[int, float] | None) -> None:
+    """Stop on the first non-finite training loss seen."""
     if found is not None:
         raise Divergence(f"the training loss became {found[1]} at step {found[0]}")

@@ -79,7 +79,7 @@ def train_ssgd(ctx: Context) -> np.ndarray:
     clock = Clock()
     for step in range(ctx.start_step, spec.steps):
         t0 = clock.now()
-        sent = [_send_theta(client, theta, w) for w in workers]
+        sent = [ctx.bounded(f"step {step}", _send_theta, client, theta, w) for w in workers]
         t1 = clock.now()
         futures = [
             client.submit(
@@ -96,7 +96,7 @@ def train_ssgd(ctx: Context) -> np.ndarray:
         ]
         ctx.wait_all(futures, f"step {step}")
         t2 = clock.now()
-        results = client.gather(futures, direct=True)
+        results = ctx.bounded(f"step {step}", client.gather, futures, direct=True)
         t3 = clock.now()
         grad = sum_in_order([res["grad"] for res in results])
         theta = optimizer.step(grad, spec.batch_size)
@@ -144,9 +144,11 @@ def train_asgd(ctx: Context) -> np.ndarray:
         t = time.perf_counter()
         while True:
             try:
-                sent = _send_theta(client, theta, address)
+                sent = ctx.bounded(
+                    "asgd", _send_theta, client, theta, address, check=ctx.check_connection
+                )
                 break
-            except OSError:  # the worker died just now: the update goes to another one
+            except WorkerLost:  # the worker died just now: the update goes to another one
                 _drop_workers(ctx, {address, *ctx.lost_workers()})
                 address = ctx.workers[update % len(ctx.workers)]
         future = client.submit(
@@ -187,7 +189,9 @@ def train_asgd(ctx: Context) -> np.ndarray:
             try:
                 if future.status != "finished":
                     future.result()  # raises the worker's error
-                res = client.gather(future, direct=True)
+                res = ctx.bounded(
+                    "asgd", client.gather, future, direct=True, check=ctx.check_connection
+                )
             except Exception:
                 if address not in ctx.lost_workers():
                     raise

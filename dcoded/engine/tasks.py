@@ -17,7 +17,7 @@ import hashlib
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,7 @@ class WorkerState:
     placement: Placement
     segments: list[slice]
     optimizer: SegmentOptimizer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def local(self) -> int:
@@ -145,27 +146,30 @@ def pull(run_id: str, dask_worker=None) -> dict:
         records = _RECORDS.pop(run_id, [])
     out, inc, total = [], [], 0
     if dask_worker is not None:
-        out = _unseen(dask_worker.transfer_outgoing_log, run_id)
-        inc = _unseen(dask_worker.transfer_incoming_log, run_id)
+        shift = float(getattr(dask_worker, "scheduler_delay", 0.0) or 0.0)
+        out = _unseen(dask_worker.transfer_outgoing_log, run_id, shift)
+        inc = _unseen(dask_worker.transfer_incoming_log, run_id, shift)
         total = int(dask_worker.transfer_outgoing_bytes_total)
     return {"records": records, "out": out, "in": inc, "out_total": total}
 
 
-def _unseen(log, run_id: str) -> list[dict]:
+def _unseen(log, run_id: str, clock_shift: float = 0.0) -> list[dict]:
     """Entries of a Dask transfer log this run has not pulled yet (each is marked once)."""
     mark = f"dcoded-pulled-{run_id}"
     fresh = []
     for e in list(log):
         if not e.get(mark):
             e[mark] = True
-            fresh.append(_log_entry(e))
+            fresh.append(_log_entry(e, clock_shift))
     return fresh
 
 
-def _log_entry(e: dict) -> dict:
+def _log_entry(e: dict, clock_shift: float = 0.0) -> dict:
+    # Dask stamps its logs with its estimate of the scheduler's clock; the task records use
+    # this machine's clock, so the estimate is taken back out
     return {
-        "start": float(e["start"]),
-        "stop": float(e["stop"]),
+        "start": float(e["start"]) - clock_shift,
+        "stop": float(e["stop"]) - clock_shift,
         "who": str(e.get("who")),
         "keys": {str(k): int(v) for k, v in e.get("keys", {}).items()},
     }
@@ -297,8 +301,9 @@ def ps_grad(run_id: str, rank: int, step: int, part: int, theta: np.ndarray) -> 
     """Gradient (summed) of part ``part`` of ``K`` of step ``step``'s samples at ``θ``."""
     t0 = time.time()
     st = _state(run_id, rank)
-    st.replica.set_theta(theta)
-    _, idx = st.replica.step_samples(step)
-    n = st.spec.n_workers
-    grad, loss = st.replica.grad_sum(idx[array_split_slices(len(idx), n)[part]])
+    with st.lock:  # asgd may hand one worker two updates; a multi-threaded worker runs both
+        st.replica.set_theta(theta)
+        _, idx = st.replica.step_samples(step)
+        n = st.spec.n_workers
+        grad, loss = st.replica.grad_sum(idx[array_split_slices(len(idx), n)[part]])
     return {"grad": grad, "loss": loss, "start": t0, "stop": time.time(), "rank": rank}
