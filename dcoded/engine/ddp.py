@@ -149,7 +149,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
     per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     shown, last_progress = 0, time.monotonic()
     while True:
-        ctx.wait_some(futures, POLL_S)
+        ctx.wait_some(futures, POLL_S, "ddp")
         ctx.log.pull(client)
         check_finite(ctx.log.first_nonfinite_loss())
         done_steps = ctx.log.steps_with_records(spec.n_workers)

@@ -70,37 +70,26 @@ class Context:
                     f"{what} did not finish within train.step_timeout_s="
                     f"{self.spec.step_timeout_s:g}s ({len(keys)} task(s) pending, e.g. {keys[:2]})"
                 )
-            try:
-                done, pending = wait(
-                    pending, timeout=min(remaining, POLL_S), return_when="FIRST_COMPLETED"
-                )
-            except TimeoutError:
-                self.check_cluster(what)
-                continue
-            except CancelledError as e:  # Dask cancels what a lost worker or scheduler held
-                self.check_cluster(what)
-                raise WorkerLost(f"{what}: {str(e).splitlines()[-1].strip() or e!r}") from None
-            for f in done:
-                if f.status == "error":
-                    f.result()  # raises the worker's exception
-                if f.status == "cancelled":
-                    self.check_cluster(what)
-                    raise WorkerLost(f"{what}: task {f.key} was cancelled")
+            pending = self.wait_some(pending, min(remaining, POLL_S), what)
 
-    def wait_some(self, futures, timeout: float) -> None:
-        """Wait up to ``timeout`` for any of ``futures``; re-raise a task's error; when nothing
-        finished, check the cluster is still whole."""
+    def wait_some(self, futures, timeout: float, what: str = "waiting") -> set:
+        """Wait up to ``timeout`` for any of ``futures`` and return those still pending;
+        re-raise a task's error; when nothing finished, check the cluster is still whole."""
         try:
-            done, _ = wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+            done, pending = wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
         except TimeoutError:
-            self.check_cluster("waiting")
-            return
-        except CancelledError as e:
-            self.check_cluster("waiting")
-            raise WorkerLost(str(e).splitlines()[-1].strip() or repr(e)) from None
+            self.check_cluster(what)
+            return set(futures)
+        except CancelledError as e:  # Dask cancels what a lost worker or scheduler held
+            self.check_cluster(what)
+            raise WorkerLost(f"{what}: {str(e).splitlines()[-1].strip() or e!r}") from None
         for f in done:
             if f.status == "error":
-                f.result()
+                f.result()  # raises the worker's exception
+            if f.status == "cancelled":
+                self.check_cluster(what)
+                raise WorkerLost(f"{what}: task {f.key} was cancelled")
+        return pending
 
     def bounded(self, what: str, call: Callable, *args, check: Callable | None = None, **kwargs):
         """``call(*args, **kwargs)`` (a blocking client call: gather, scatter, run) within
