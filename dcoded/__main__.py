@@ -6,6 +6,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dcoded.config import CONFIG_DIR
@@ -15,9 +16,11 @@ from dcoded.run import CLEAN_ERRORS, format_results, run
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
 def app(cfg: DictConfig) -> float | None:
-    out_dir = HydraConfig.get().runtime.output_dir
+    hydra_cfg = HydraConfig.get()
+    out_dir = hydra_cfg.runtime.output_dir
     try:
-        summary = run(cfg, out_dir=out_dir)
+        # the jobs of a multirun share one emulated cluster (built once, removed at exit)
+        summary = run(cfg, out_dir=out_dir, reuse_network=hydra_cfg.mode == RunMode.MULTIRUN)
     except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
         sys.exit(e.code)
     except CLEAN_ERRORS as e:

@@ -18,6 +18,7 @@ inside each namespace. Everything made here is removed on exit, on error and on 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import copy
 import json
@@ -292,19 +293,73 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def retune(net: Network, rate_mbit: float, driver_rate_mbit: float | None = None) -> None:
+    """Set every link's rate anew (both directions), keeping hosts and processes."""
+    for i, host in enumerate(net.hosts.values()):  # the order build() gave the hub ends
+        host.rate_mbit = float(
+            driver_rate_mbit if host.name == "drv" and driver_rate_mbit else rate_mbit
+        )
+        _tbf(host.ns, "eth0", host.rate_mbit)
+        _tbf(net.hub, f"v{i}", host.rate_mbit)
+
+
+_shared: list[Network] = []  # at most one: the cluster that the jobs of a multirun share
+
+
+def shared_network(
+    n_workers: int, rate_mbit: float, driver_rate_mbit: float | None, log_dir: Path
+) -> Network:
+    """One emulated cluster kept for the jobs of a multirun that run in this process.
+
+    Building it (namespaces, and ``K + 1`` Dask processes importing torch) costs about half a
+    minute on two cores, more than a short run. A job with another rate re-rates the same
+    links; one with another ``n_workers`` gets a new cluster. It is removed when the process
+    exits (also on error, Ctrl-C and SIGTERM), or by :func:`release_shared`.
+    """
+    if _shared and len(_shared[0].workers()) != n_workers:
+        release_shared()
+    if not _shared:
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # so that atexit runs
+        net = build(n_workers, rate_mbit, driver_rate_mbit)
+        _shared.append(net)
+        atexit.register(release_shared)
+        start_dask(net, log_dir)
+    net = _shared[0]
+    want = {
+        h.name: float(driver_rate_mbit if h.name == "drv" and driver_rate_mbit else rate_mbit)
+        for h in net.hosts.values()
+    }
+    if any(h.rate_mbit != want[h.name] for h in net.hosts.values()):
+        retune(net, rate_mbit, driver_rate_mbit)
+    return net
+
+
+def release_shared() -> None:
+    """Remove the cluster :func:`shared_network` kept (nothing if there is none)."""
+    while _shared:
+        destroy(_shared.pop())
+
+
 # --------------------------------------------------------------------------- the run
 
 
-def run_netem(cfg: Mapping, out_dir: Path) -> dict:
-    """Run one experiment on a new emulated cluster; return its summary (with wire bytes)."""
+def run_netem(cfg: Mapping, out_dir: Path, reuse: bool = False) -> dict:
+    """Run one experiment on a new emulated cluster; return its summary (with wire bytes).
+
+    With ``reuse`` (the jobs of a multirun) the cluster outlives the run, for the next job:
+    see :func:`shared_network`; its process logs go to the run's parent folder.
+    """
     cluster = cfg["cluster"]
     out_dir = Path(out_dir)
-    with network(
+    shape = (
         int(cluster["n_workers"]),
         float(cluster["bandwidth_mbit"]),
         cluster.get("driver_bandwidth_mbit"),
-        out_dir / "netem",
-    ) as net:
+    )
+    if reuse:
+        net = shared_network(*shape, out_dir.parent / f"netem-{shape[0]}-workers")
+        return run_in_network(cfg, out_dir, net)
+    with network(*shape, out_dir / "netem") as net:
         return run_in_network(cfg, out_dir, net)
 
 

@@ -223,9 +223,17 @@ def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:
         ) from None
 
 
-def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None = None) -> dict:
+def run(
+    cfg: Mapping,
+    out_dir: str | Path | None = None,
+    progress: bool | None = None,
+    reuse_network: bool = False,
+) -> dict:
     """Train as ``cfg`` says; write ``summary.json``, ``history.csv`` and ``theta.npy`` to
     ``out_dir`` (if given; checkpoints go there too) and return the summary.
+
+    ``reuse_network``: on ``cluster=netem``, keep the emulated cluster for the next run in
+    this process (the jobs of a multirun) instead of building one per run.
 
     A run that fails after training started keeps what it had: ``history.csv`` up to the
     failure and the last checkpoint, which the error message names.
@@ -242,7 +250,7 @@ def run(cfg: Mapping, out_dir: str | Path | None = None, progress: bool | None =
 
         netem.check_available()
         run_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="dcn-"))
-        return netem.run_netem(c, run_dir)
+        return netem.run_netem(c, run_dir, reuse=reuse_network)
     show = c.get("progress", True) if progress is None else progress
     run_dir = Path(out_dir) if out_dir is not None else None
     start = resume.step if resume else 0

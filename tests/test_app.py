@@ -58,6 +58,16 @@ def test_cfg_job_prints_the_composed_config():
     assert "redundancy: 3" in result.stdout and "name: cnn" in result.stdout
 
 
+def test_an_experiment_overrides_the_defaults():
+    """An experiment file wins over config.yaml's own values (``_self_`` comes first)."""
+    from dcoded.config import compose_config
+
+    cfg = compose_config(["experiment=smoke"])
+    assert cfg.train.steps == 20 and cfg.train.eval_every == 10 and cfg.cluster.n_workers == 3
+    assert compose_config(["experiment=smoke", "train.steps=7"]).train.steps == 7
+    assert compose_config([]).train.steps == 200
+
+
 def test_run_writes_summary_history_and_hydra_record(tmp_path):
     result = _cli(*TINY, "train.steps=6", "train.eval_every=3", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr

@@ -5,6 +5,7 @@ reason, and ``cluster=netem`` itself fails at once with one clear line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -177,3 +178,93 @@ def test_ctrl_c_removes_everything(tmp_path):
     assert proc.returncode != 0
     assert netem.stale_namespaces() == []
     assert (tmp_path / "checkpoint.npz").exists()
+
+
+def _qdisc_rates(net) -> set[str]:
+    rates = set()
+    for i, host in enumerate(net.hosts.values()):
+        for ns, dev in ((host.ns, "eth0"), (net.hub, f"v{i}")):
+            out = subprocess.run(
+                ["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True
+            ).stdout
+            rates.add(out.split(" rate ")[1].split()[0])
+    return rates
+
+
+@needs_netem
+def test_retune_sets_every_link_both_ways():
+    net = netem.build(n_workers=2, rate_mbit=50)
+    try:
+        assert _qdisc_rates(net) == {"50Mbit"}
+        netem.retune(net, 30)
+        assert _qdisc_rates(net) == {"30Mbit"}
+        assert {h.rate_mbit for h in net.hosts.values()} == {30.0}
+    finally:
+        netem.destroy(net)
+
+
+MULTIRUN = [
+    *(o for o in TINY if "processes" not in o),
+    *NETEM,
+    "cluster.n_workers=2",
+    "train.steps=3",
+]
+
+
+@needs_netem
+@pytest.mark.slow
+def test_a_multirun_shares_one_emulated_cluster_and_retunes_it(tmp_path):
+    """Jobs of a multirun reuse one cluster (one scheduler log), each at its own rate, with
+    the same result bit for bit; nothing is left once the multirun ends."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "-m",
+            *MULTIRUN,
+            "cluster.bandwidth_mbit=200,40",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/summary.json"))]
+    assert [s["environment"]["netem"]["bandwidth_mbit"] for s in summaries] == [200.0, 40.0]
+    assert len({s["param_sha256"] for s in summaries}) == 1
+    assert [p.name for p in tmp_path.glob("*/scheduler.log")] == ["scheduler.log"]
+    assert netem.stale_namespaces() == []
+
+
+@needs_netem
+@pytest.mark.slow
+def test_ctrl_c_in_a_multirun_removes_the_shared_cluster(tmp_path):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "-m",
+            *MULTIRUN,
+            "train.steps=100000",
+            "train.checkpoint_every=5",
+            "coding.redundancy=1,2",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not list(tmp_path.glob("*/checkpoint.npz")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert netem.stale_namespaces() == []
+    assert list(tmp_path.glob("*/checkpoint.npz"))
