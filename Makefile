@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint format loads bench netem-cleanup clean
+.PHONY: run test test-fast lint format loads bench paper paper-results paper-draw netem-cleanup clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,18 @@ loads: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m dcoded.bench $(ARGS)
 
+# The paper's tables and figures: stage 1 runs the sweeps (cached in paper/results/$(SIZE)),
+# stage 2 only reads them and draws. SIZE=full for the full-size setting; MNIST=DIR to train on
+# the MNIST IDX files in DIR instead of MNIST-sized synthetic data.
+SIZE ?= small
+paper: paper-results paper-draw
+
+paper-results: $(STAMP)
+	$(BIN)/python -m paper.sweep --size $(SIZE) $(if $(MNIST),--mnist $(MNIST)) $(ARGS)
+
+paper-draw: $(STAMP)
+	$(BIN)/python -m paper.draw --size $(SIZE)
+
 netem-cleanup: $(STAMP)
 	$(BIN)/python -m dcoded.netem cleanup
 
@@ -36,12 +48,12 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow' $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check dcoded tests
-	$(BIN)/ruff format --check dcoded tests
+	$(BIN)/ruff check dcoded tests paper
+	$(BIN)/ruff format --check dcoded tests paper
 
 format: $(STAMP)
-	$(BIN)/ruff format dcoded tests
-	$(BIN)/ruff check --fix dcoded tests
+	$(BIN)/ruff format dcoded tests paper
+	$(BIN)/ruff check --fix dcoded tests paper
 
 clean:
 	rm -rf $(VENV) outputs multirun bench .pytest_cache .ruff_cache build *.egg-info

@@ -15,6 +15,6 @@ RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.whi
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])
 def test_ruff_clean(args):
     result = subprocess.run(
-        [RUFF, *args, "dcoded", "tests"], cwd=ROOT, capture_output=True, text=True
+        [RUFF, *args, "dcoded", "tests", "paper"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,133 @@
+"""Figure 2: communication per worker per step against r, closed forms beside measurements.
+
+Reads ``paper_loads`` (cdc at every r, coded and uncoded) and ``paper_time`` (the baselines'
+measured bytes). Everything is in units of ``d`` float32 values (bytes / 4d) per worker per
+step. Left: the gradient exchange, every closed form of ``dcoded.coding.load_table`` with the
+measured multicast and unicast counts. Right: all a worker sends, Dask's transfers and the
+wire, against the closed form of shuffle plus all-gather (unicast).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dcoded import plots
+from dcoded.coding import load_table
+from paper import output, paths
+from paper.results import load
+
+COLUMNS = [
+    "run",
+    "r",
+    "shuffle",
+    "multicast",
+    "theory_multicast",
+    "unicast",
+    "theory_unicast",
+    "params",
+    "dask",
+    "wire",
+    "multicast_d",
+    "unicast_d",
+    "dask_d",
+    "wire_d",
+    "theory_sent_d",
+]
+
+
+def compute(results: Path, size: str) -> list[dict]:
+    """One row per run, in bytes and in units of ``d``; the baselines last."""
+    cdc = load(results, size, "paper_loads")
+    model = cdc[0]["model"]
+    base = [r for r in load(results, size, "paper_time") if r["model"] == model]
+    rows = []
+    for r in [*cdc, *base]:
+        b, d = r["bytes_per_worker"], 4 * r["n_params"]
+        theory = None
+        if r["algorithm"] == "cdc":
+            t = load_table(r["n_workers"])[r["redundancy"] - 1]
+            shuffle = t["coded_uc"] if r["shuffle"] == "coded" else t["uncoded_uc"]
+            theory = shuffle + t["allgather_uc"]
+        rows.append(
+            {
+                "run": r.label,
+                "r": r["redundancy"] if r["algorithm"] == "cdc" else None,
+                "shuffle": r["shuffle"] if r["algorithm"] == "cdc" else None,
+                "multicast": b["multicast"],
+                "theory_multicast": b["theory_multicast"],
+                "unicast": b["unicast"] if b["unicast"] is not None else b.get("allreduced"),
+                "theory_unicast": b["theory_unicast"],
+                "params": b["params"],
+                "dask": b["dask_transfer"],
+                "wire": b["wire"],
+                **{
+                    f"{k}_d": (b[src] / d if b.get(src) is not None else None)
+                    for k, src in [
+                        ("multicast", "multicast"),
+                        ("unicast", "unicast"),
+                        ("dask", "dask_transfer"),
+                        ("wire", "wire"),
+                    ]
+                },
+                "theory_sent_d": theory,
+            }
+        )
+    return rows
+
+
+def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+    plt = output.pyplot()
+    cdc = load(results, size, "paper_loads")
+    K, d = cdc[0]["n_workers"], 4 * cdc[0]["n_params"]
+    coded = [r for r in cdc if r["shuffle"] == "coded"]
+    uncoded = [r for r in cdc if r["shuffle"] == "uncoded"]
+
+    def per_d(runs, key):
+        return [r["redundancy"] for r in runs], [r["bytes_per_worker"][key] / d for r in runs]
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    plots.loads(K, left)
+    left.plot(
+        *per_d(coded, "multicast"), "kD", mfc="none", ms=9, label="measured: coded, multicast"
+    )
+    left.plot(*per_d(coded, "unicast"), "kx", ms=9, label="measured: coded, unicast")
+    left.plot(*per_d(uncoded, "unicast"), "k+", ms=11, label="measured: uncoded, unicast")
+    left.set_title(f"gradient exchange per worker, K={K}: closed forms (lines), measured (marks)")
+    left.legend(fontsize="x-small")
+    table = load_table(K)
+    r = [t["r"] for t in table]
+    right.plot(
+        r,
+        [t["coded_uc"] + t["allgather_uc"] for t in table],
+        "o-",
+        label="theory: coded shuffle + all-gather",
+    )
+    right.plot(
+        r,
+        [t["uncoded_uc"] + t["allgather_uc"] for t in table],
+        "s--",
+        label="theory: uncoded shuffle + all-gather",
+    )
+    right.plot(*per_d(coded, "dask_transfer"), "kx", ms=9, label="Dask transfers (coded)")
+    right.plot(*per_d(uncoded, "dask_transfer"), "k+", ms=11, label="Dask transfers (uncoded)")
+    if all(x["bytes_per_worker"]["wire"] is not None for x in cdc):
+        right.plot(*per_d(coded, "wire"), "rv", label="wire (coded)")
+        right.plot(*per_d(uncoded, "wire"), "r^", mfc="none", label="wire (uncoded)")
+    right.set_xticks(r)
+    right.set_xlabel("redundancy r")
+    right.set_ylabel("sent per worker per step (units of d)")
+    right.set_title("all a worker sends per step")
+    right.legend(fontsize="x-small")
+    output.save_figure(fig, paths.figures(out) / "fig2_loads.png")
+    output.write_table(
+        compute(results, size),
+        COLUMNS,
+        paths.tables(out) / "fig2_loads",
+        f"Figure 2: bytes per worker per step (K={K}, d={d // 4:,}); *_d in units of d values; "
+        "theory_sent_d: shuffle + all-gather, unicast. ddp's unicast is its all-reduce.",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(output.cli(main, prog="python -m paper.figure_loads"))

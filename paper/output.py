@@ -1,0 +1,67 @@
+"""Writing what stage 2 makes: tables as markdown and CSV, figures as PNG."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+from paper import paths
+
+
+def cell(value) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows: Sequence[dict], columns: Sequence[str], stem: Path, caption: str) -> str:
+    """``stem.csv`` (full precision) and ``stem.md`` (rounded, with the caption); returns the md."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    text = markdown(rows, columns)
+    stem.with_suffix(".md").write_text(f"{caption}\n\n{text}")
+    return text
+
+
+def save_figure(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (stage 2 runs without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def cli(module_main, argv: list[str] | None = None, prog: str = "") -> int:
+    """The command line every stage-2 script shares: ``--size``, ``--results``, ``--out``."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--size", choices=paths.SIZES, default="small")
+    parser.add_argument("--results", type=Path, default=paths.RESULTS)
+    parser.add_argument("--out", type=Path, default=paths.OUTPUT)
+    args = parser.parse_args(argv)
+    module_main(results=args.results, size=args.size, out=args.out)
+    return 0

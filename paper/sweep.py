@@ -1,0 +1,195 @@
+"""Stage 1: run every experiment's sweep (a Hydra multirun), caching the results.
+
+    python -m paper.sweep [--size small|full] [--mnist DIR] [--cluster auto|netem|local]
+                          [--only EXPERIMENT ...] [--force] [-- OVERRIDE ...]
+
+Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
+experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. A sweep that finished
+(``complete.json`` is there) is skipped unless ``--force``; one that did not is moved aside to
+``<name>.incomplete-<time>`` and run again, so nothing already written is lost.
+
+Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
+MNIST-sized synthetic data otherwise. Cluster: the emulated network when this machine can build
+it (root and iproute2), else ``cluster=local`` with a note, and the experiments that sweep the
+links' rate are skipped. Everything after ``--`` goes to every multirun as more overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from paper import paths
+from paper.results import COMPLETE
+
+SKIPPED = "skipped.json"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _commit() -> str | None:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=paths.ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return (sha + ("-dirty" if dirty else "")) or None
+
+
+def choose_cluster(wanted: str) -> tuple[str, str | None]:
+    """``(cluster, note)``: the emulated network where it can be built, else the local one."""
+    if wanted == "local":
+        return "local", "cluster=local was asked for: no links are emulated"
+    from dcoded.netem import NetemUnavailable, check_available
+
+    try:
+        check_available()
+    except NetemUnavailable as e:
+        if wanted == "netem":
+            raise SystemExit(f"error: {e}") from None
+        return "local", f"the emulated network is not available here ({e})"
+    return "netem", None
+
+
+def choose_data(mnist: str | None) -> tuple[list[str], str]:
+    """The dataset overrides and how to describe the data; a bad MNIST folder fails here."""
+    if mnist is None:
+        return [], "synthetic, MNIST-sized (1x28x28, 10 classes): no MNIST IDX files were given"
+    from dcoded.data import DatasetError, load_dataset
+
+    try:
+        data = load_dataset({"name": "mnist", "path": mnist})
+    except DatasetError as e:
+        raise SystemExit(f"error: {e}") from None
+    where = Path(mnist).resolve()
+    return (
+        ["dataset=mnist", f"dataset.path={where}"],
+        f"MNIST from the IDX files in {where} ({len(data.y_train)} train, {len(data.y_test)} test)",
+    )
+
+
+def run_sweep(experiment: str, dest: Path, overrides: list[str]) -> int:
+    """One multirun; its output goes to ``dest/sweep.log``. Returns the number of jobs."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "dcoded",
+        "-m",
+        f"experiment={experiment}",
+        *overrides,
+        f"hydra.sweep.dir={dest}",
+    ]
+    jobs = 0
+    with open(dest / "sweep.log", "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, cwd=paths.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                launching = re.search(r"Launching (\d+) jobs", line)
+                if launching:
+                    jobs += int(launching.group(1))
+                if re.search(r"\t#\d+ : ", line) or line.startswith("error:"):
+                    print(f"  {experiment}: {line.split('] ', 1)[-1].strip()}", flush=True)
+            code = proc.wait()
+        except BaseException:
+            proc.terminate()  # Ctrl-C: the multirun removes its emulated cluster on exit
+            proc.wait()
+            raise
+    if code:
+        tail = (dest / "sweep.log").read_text().splitlines()[-15:]
+        raise SystemExit(
+            f"error: the sweep of {experiment} failed (status {code}); its log is "
+            f"{dest / 'sweep.log'}:\n" + "\n".join(tail)
+        )
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m paper.sweep", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--size", choices=paths.SIZES, default="small")
+    parser.add_argument("--mnist", default=None, help="a folder with the four MNIST IDX files")
+    parser.add_argument("--cluster", choices=["auto", "netem", "local"], default="auto")
+    parser.add_argument("--only", nargs="+", choices=list(paths.EXPERIMENTS), default=None)
+    parser.add_argument("--force", action="store_true", help="run finished sweeps again")
+    parser.add_argument("--results", type=Path, default=paths.RESULTS)
+    parser.add_argument("overrides", nargs="*", help="after --: more overrides for every run")
+    args = parser.parse_args(argv)
+
+    cluster, cluster_note = choose_cluster(args.cluster)
+    data_overrides, data_note = choose_data(args.mnist)
+    if cluster_note:
+        print(f"note: {cluster_note}; running on cluster=local", file=sys.stderr)
+    print(f"data: {data_note}", file=sys.stderr)
+    for experiment in args.only or list(paths.EXPERIMENTS):
+        dest = paths.sweep_dir(args.results, args.size, experiment)
+        if (dest / COMPLETE).exists() and not args.force:
+            print(f"{experiment}: finished earlier, kept ({dest})")
+            continue
+        if cluster != "netem" and experiment in paths.NEEDS_NETEM:
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / SKIPPED).write_text(json.dumps({"why": cluster_note, "at": _now()}))
+            print(f"{experiment}: skipped, it sweeps the links' rate and needs cluster=netem")
+            continue
+        if dest.exists():
+            stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            aside = dest.with_name(
+                f"{experiment}.{'previous' if args.force else 'incomplete'}-{stamp}"
+            )
+            dest.rename(aside)
+            print(f"{experiment}: earlier results moved to {aside}")
+        overrides = [
+            f"size={args.size}",
+            *([] if cluster == "netem" else ["cluster=local"]),
+            *data_overrides,
+            *args.overrides,
+        ]
+        started, t0 = _now(), time.monotonic()
+        print(f"{experiment}: {paths.EXPERIMENTS[experiment]}", flush=True)
+        jobs = run_sweep(experiment, dest, overrides)
+        seconds = time.monotonic() - t0
+        record = {
+            "experiment": experiment,
+            "size": args.size,
+            "jobs": jobs,
+            "cluster": cluster,
+            "cluster_note": cluster_note,
+            "data": data_note,
+            "overrides": overrides,
+            "commit": _commit(),
+            "host": {"cores": os.cpu_count(), "machine": platform.machine()},
+            "started": started,
+            "finished": _now(),
+            "seconds": round(seconds, 1),
+        }
+        (dest / COMPLETE).write_text(json.dumps(record, indent=1))
+        print(f"{experiment}: {jobs} runs in {seconds:.0f} s -> {dest}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
