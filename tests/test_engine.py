@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
+from dcoded.plots import read_history
 
 # (n_workers, redundancy, shuffle, group_size, model)
 CASES = [
@@ -158,10 +159,9 @@ def test_parameter_server_bytes(train):
 def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
     """DDP (gloo, in the Dask workers) applies the gradient ssgd applies: Σ grad / B over
     the same samples, split the same way; only the reduction order differs."""
-    ddp = train(
-        "algorithm=ddp", "cluster.processes=true", "train.steps=12", out_dir=tmp_path / "ddp"
-    )
-    ssgd = train("algorithm=ssgd", "train.steps=12", out_dir=tmp_path / "ssgd")
+    every = ["train.steps=12", "train.eval_every=4"]
+    ddp = train("algorithm=ddp", "cluster.processes=true", *every, out_dir=tmp_path / "ddp")
+    ssgd = train("algorithm=ssgd", *every, out_dir=tmp_path / "ssgd")
     assert ddp["final"]["train_loss"] == pytest.approx(ssgd["final"]["train_loss"], rel=1e-3)
     np.testing.assert_allclose(
         np.load(tmp_path / "ddp" / "theta.npy"),
@@ -173,6 +173,17 @@ def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
     assert b["dask_transfer"] == 0
     assert b["allreduced"] == pytest.approx(4 * ddp["n_params"])  # every gradient, once a step
     assert ddp["final"]["test_accuracy"] is not None
+    # the accuracy curve too: rank 0's θ after every eval_every steps, evaluated by the driver
+    curves = [
+        {
+            int(r["step"]): float(r["test_loss"])
+            for r in read_history(tmp_path / a)
+            if r["test_loss"]
+        }
+        for a in ("ddp", "ssgd")
+    ]
+    assert list(curves[0]) == list(curves[1]) == [3, 7, 11]
+    assert list(curves[0].values()) == pytest.approx(list(curves[1].values()), rel=1e-3)
 
 
 @pytest.mark.parametrize(

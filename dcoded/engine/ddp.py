@@ -98,6 +98,7 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
     optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
     K, B = spec.n_workers, spec.batch_size
     part = array_split_slices(B, K)[rank]
+    snapshots = {}  # rank 0: θ after every eval_every steps, evaluated by the driver at the end
     for step in range(spec.steps):
         t0 = time.time()
         _, idx = replica.step_samples(step)
@@ -121,8 +122,10 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
         )
         tasks._record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
         reduced[0] = 0
+        if rank == 0 and spec.eval_every and (step + 1) % spec.eval_every == 0:
+            snapshots[step] = replica.theta  # a copy of d floats: tens of microseconds
     theta = replica.theta if rank == 0 else None
-    return {"theta": theta}
+    return {"theta": theta, "snapshots": snapshots}
 
 
 def train_ddp(ctx: Context) -> np.ndarray:
@@ -162,9 +165,12 @@ def train_ddp(ctx: Context) -> np.ndarray:
             break
         if time.monotonic() - last_progress > spec.step_timeout_s:
             raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
-    theta = ctx.gather(futures[0], "gathering θ")["theta"]
+    result = ctx.gather(futures[0], "gathering θ")
+    theta = result["theta"]
     ctx.log.pull(client)
     ctx.log.ddp_rows(per_epoch)
+    for step, snapshot in sorted(result["snapshots"].items()):  # the test accuracy curve
+        ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))
     acc, loss = ctx.reference.evaluate(theta)
     ctx.log.evaluation(spec.steps - 1, acc, loss)
     return theta
