@@ -56,7 +56,7 @@ def compute(results: Path, size: str) -> list[dict]:
                 "shuffle": r["shuffle"] if r["algorithm"] == "cdc" else None,
                 "multicast": b["multicast"],
                 "theory_multicast": b["theory_multicast"],
-                "unicast": b["unicast"] if b["unicast"] is not None else b.get("allreduced"),
+                "unicast": b["unicast"],
                 "theory_unicast": b["theory_unicast"],
                 "params": b["params"],
                 "dask": b["dask_transfer"],
@@ -125,7 +125,8 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         COLUMNS,
         paths.tables(out) / "fig2_loads",
         f"Figure 2: bytes per worker per step (K={K}, d={d // 4:,}); *_d in units of d values; "
-        "theory_sent_d: shuffle + all-gather, unicast. ddp's unicast is its all-reduce.",
+        "theory_sent_d: shuffle + all-gather, unicast. ddp: theory_unicast is the ring all-reduce; "
+        "its bytes bypass Dask and show on the wire only.",
     )
 
 

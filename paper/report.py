@@ -8,8 +8,6 @@ import itertools
 import sys
 from pathlib import Path
 
-import yaml
-
 from dcoded.coding import load_table
 from paper import (
     figure_accuracy,
@@ -22,6 +20,7 @@ from paper import (
 )
 from paper.results import MissingResults, Run, load, meta
 from paper.sweep import SKIPPED
+from paper.table_time import reduction
 
 
 def verdict(ours: float, paper: float) -> str:
@@ -36,7 +35,10 @@ def verdict(ours: float, paper: float) -> str:
 
 
 def _config(run: Run) -> dict:
-    return yaml.safe_load((run.dir / ".hydra" / "config.yaml").read_text())
+    """The run's composed config as Hydra saved it, interpolations resolved."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(run.dir / ".hydra" / "config.yaml"), resolve=True)
 
 
 def conditions(results: Path, size: str) -> str:
@@ -71,7 +73,8 @@ def conditions(results: Path, size: str) -> str:
             for name, d in models.items()
         ),
         f"- training: batch B = {first['batch_size']}, {first['steps']} steps per run in Table 1 "
-        f"and Figure 3, optimizer `{opt.get('name')}` lr {cfg['train']['lr']}, "
+        f"and Figure 3, optimizer {opt['_target_'].rsplit('.', 1)[-1]} "
+        f"({', '.join(f'{k} {v}' for k, v in opt.items() if not k.startswith('_'))}), "
         f"seed {first['seed']}",
         f"- software: python {env['python']}, torch {env['torch']}, dask {env['dask']}, "
         f"distributed {env['distributed']}, numpy {env['numpy']}",
@@ -101,6 +104,27 @@ def result_time(results: Path, size: str) -> str:
                 f"- against {base.upper()}: {ours:.1f}% less time here, {paper:.2f}% in the "
                 f"paper: {verdict(ours, paper)}."
             )
+        if row["coded_best_r"] is not None and row["cdc_r1_s"] is not None:
+            r1 = reduction(row["cdc_r1_s"], row["ssgd_s"])
+            out.append(
+                f"- where the saving comes from: at r = 1, where nothing is coded, cdc already "
+                f"takes {r1:.1f}% less time than SSGD; with coding in play (1 < r < K) the best "
+                f"is r = {row['coded_best_r']} at {row['coded_less_than_ssgd_pct']:.1f}% less"
+                + (
+                    f"; r = {row['cdc_best_r']} = K shuffles nothing at all: every worker "
+                    "computes the whole batch and only the all-gather of θ remains"
+                    if row["cdc_best_r"] == phases[(model, "ssgd")]["n_workers"]
+                    else ""
+                )
+                + ". The saving against SSGD is mostly the parameter server's single link "
+                "taken out of the path, which any reduce-scatter does; coding adds "
+                + (
+                    f"{r1 - row['coded_less_than_ssgd_pct']:.1f} points *less*"
+                    if row["coded_less_than_ssgd_pct"] < r1
+                    else f"{row['coded_less_than_ssgd_pct'] - r1:.1f} points more"
+                )
+                + " than r = 1 here."
+            )
         ssgd = phases[(model, "ssgd")]
         best = phases[(model, f"cdc r={row['cdc_best_r']}")]
         t, b = ssgd["time_s"], ssgd["bytes_per_worker"]
@@ -120,8 +144,9 @@ def result_time(results: Path, size: str) -> str:
             f"{1e3 * t['map']:.0f} ms is computing, {1e3 * t['shuffle']:.0f} ms sending "
             f"gradients to the server and {1e3 * t['params']:.0f} ms getting θ back{link}. "
             f"cdc at r = {row['cdc_best_r']} has no server: its step is "
-            f"{1e3 * bt['step_median']:.0f} ms, {1e3 * bt['map']:.0f} ms computing (each "
-            f"sub-batch {row['cdc_best_r']} times), {1e3 * bt['shuffle']:.0f} ms shuffling and "
+            f"{1e3 * bt['step_median']:.0f} ms, {1e3 * bt['map']:.0f} ms computing "
+            f"({row['cdc_best_r']}× the samples of an ssgd worker), "
+            f"{1e3 * bt['shuffle']:.0f} ms shuffling and "
             f"{1e3 * bt['params']:.0f} ms gathering θ."
         )
         if row["ddp_s"]:
@@ -251,19 +276,37 @@ def result_accuracy(results: Path, size: str) -> str:
 def result_bandwidth(results: Path, size: str) -> str:
     rows, columns = figure_bandwidth.compute(results, size)
     out = [output.markdown(rows, columns)]
+    grid = figure_bandwidth.grid(results, size)
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = sorted((r for r in rows if r["model"] == model), key=lambda r: r["mbit_s"])
         best = [r["best_r"] for r in mine]
-        trend = (
-            "the best r rises as the links get slower, as the trade-off predicts"
-            if all(a >= b for a, b in itertools.pairwise(best)) and best[0] > best[-1]
-            else "the best r does not fall steadily as the links get faster here"
-        )
+        if len(set(best)) == 1:
+            trend = (
+                f"the best r stays at {best[0]} over the whole range swept; the cross-over lies "
+                "outside it"
+            )
+        elif all(a >= b for a, b in itertools.pairwise(best)):
+            trend = "the best r rises as the links get slower, as the trade-off predicts"
+        else:
+            trend = "the best r does not move steadily with the rate here (noise, or a tie)"
         out.append(
             f"- {model}: best r "
             + ", ".join(f"{r['best_r']} at {r['mbit_s']:g} Mbit/s" for r in mine)
             + f": {trend}."
         )
+        rates = grid[model]
+        slow, fast = min(rates), max(rates)
+        lo, hi = min(rates[fast]), max(rates[fast])
+        if lo != hi:
+            extra = 1e3 * (rates[fast][hi]["time_s"]["map"] - rates[fast][lo]["time_s"]["map"])
+            out.append(
+                f"  Going from r = {lo} to r = {hi} costs {extra:.0f} ms more computing per step "
+                f"and saves the shuffle, {1e3 * rates[slow][lo]['time_s']['shuffle']:.0f} ms at "
+                f"{slow:g} Mbit/s and {1e3 * rates[fast][lo]['time_s']['shuffle']:.0f} ms at "
+                f"{fast:g} Mbit/s; the all-gather of θ "
+                f"({1e3 * rates[slow][hi]['time_s']['params']:.0f} ms at {slow:g} Mbit/s) is "
+                "paid at every r."
+            )
     return "\n".join(out) + "\n"
 
 

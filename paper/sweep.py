@@ -11,7 +11,8 @@ experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. A sweep t
 Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
 MNIST-sized synthetic data otherwise. Cluster: the emulated network when this machine can build
 it (root and iproute2), else ``cluster=local`` with a note, and the experiments that sweep the
-links' rate are skipped. Everything after ``--`` goes to every multirun as more overrides.
+links' rate are skipped. Everything after ``--`` goes to every multirun as more overrides;
+``EXPERIMENT:KEY=VALUE`` goes to that experiment's only.
 """
 
 from __future__ import annotations
@@ -85,6 +86,23 @@ def choose_data(mnist: str | None) -> tuple[list[str], str]:
     )
 
 
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """``(for every experiment, {experiment: its own})``: ``paper_phases:coding.redundancy=1,2``
+    goes to ``paper_phases`` only (a sweep on the command line replaces the config's)."""
+    shared, own = [], {}
+    for o in overrides:
+        name, sep, rest = o.partition(":")
+        if sep and name in paths.EXPERIMENTS:
+            own.setdefault(name, []).append(rest)
+        elif sep and name.startswith("paper_") and "=" not in name:
+            raise SystemExit(
+                f"error: no experiment {name!r}; they are {', '.join(paths.EXPERIMENTS)}"
+            )
+        else:
+            shared.append(o)
+    return shared, own
+
+
 def run_sweep(experiment: str, dest: Path, overrides: list[str]) -> int:
     """One multirun; its output goes to ``dest/sweep.log``. Returns the number of jobs."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -102,7 +120,12 @@ def run_sweep(experiment: str, dest: Path, overrides: list[str]) -> int:
         log.write(" ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(
-            cmd, cwd=paths.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            cmd,
+            cwd=paths.ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # progress as it happens
         )
         try:
             for line in proc.stdout:
@@ -137,9 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(paths.EXPERIMENTS), default=None)
     parser.add_argument("--force", action="store_true", help="run finished sweeps again")
     parser.add_argument("--results", type=Path, default=paths.RESULTS)
-    parser.add_argument("overrides", nargs="*", help="after --: more overrides for every run")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="after --: more overrides for every run; EXPERIMENT:KEY=VALUE for one experiment's",
+    )
     args = parser.parse_args(argv)
+    shared, only_for = split_overrides(args.overrides)
 
+    commit = _commit()  # the code the sweeps run, before anything can change it
     cluster, cluster_note = choose_cluster(args.cluster)
     data_overrides, data_note = choose_data(args.mnist)
     if cluster_note:
@@ -166,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             f"size={args.size}",
             *([] if cluster == "netem" else ["cluster=local"]),
             *data_overrides,
-            *args.overrides,
+            *shared,
+            *only_for.get(experiment, []),
         ]
         started, t0 = _now(), time.monotonic()
         print(f"{experiment}: {paths.EXPERIMENTS[experiment]}", flush=True)
@@ -180,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "cluster_note": cluster_note,
             "data": data_note,
             "overrides": overrides,
-            "commit": _commit(),
+            "commit": commit,
             "host": {"cores": os.cpu_count(), "machine": platform.machine()},
             "started": started,
             "finished": _now(),
