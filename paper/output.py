@@ -14,6 +14,8 @@ def cell(value) -> str:
     if value is None or value == "":
         return "-"
     if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{value:,.0f}"
         if abs(value) >= 1000:
             return f"{value:,.0f}"
         return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"

@@ -23,6 +23,10 @@ from paper.sweep import SKIPPED
 from paper.table_time import reduction
 
 
+def _less(pct: float) -> str:
+    return f"{pct:.1f}% less time than SSGD" if pct >= 0 else f"{-pct:.1f}% *more* time than SSGD"
+
+
 def verdict(ours: float, paper: float) -> str:
     """How a measured reduction (percent) compares with the paper's."""
     if ours <= 0:
@@ -109,21 +113,18 @@ def result_time(results: Path, size: str) -> str:
             out.append(
                 f"- where the saving comes from: at r = 1, where nothing is coded, cdc already "
                 f"takes {r1:.1f}% less time than SSGD; with coding in play (1 < r < K) the best "
-                f"is r = {row['coded_best_r']} at {row['coded_less_than_ssgd_pct']:.1f}% less"
+                f"is r = {row['coded_best_r']}, at {_less(row['coded_less_than_ssgd_pct'])}"
                 + (
                     f"; r = {row['cdc_best_r']} = K shuffles nothing at all: every worker "
                     "computes the whole batch and only the all-gather of θ remains"
                     if row["cdc_best_r"] == phases[(model, "ssgd")]["n_workers"]
                     else ""
                 )
-                + ". The saving against SSGD is mostly the parameter server's single link "
-                "taken out of the path, which any reduce-scatter does; coding adds "
-                + (
-                    f"{r1 - row['coded_less_than_ssgd_pct']:.1f} points *less*"
-                    if row["coded_less_than_ssgd_pct"] < r1
-                    else f"{row['coded_less_than_ssgd_pct'] - r1:.1f} points more"
-                )
-                + " than r = 1 here."
+                + ". Most of the saving against SSGD is the parameter server's single link taken "
+                "out of the path, which any reduce-scatter does; the best coded r is "
+                f"{abs(row['coded_less_than_ssgd_pct'] - r1):.1f} points "
+                + ("ahead of" if row["coded_less_than_ssgd_pct"] > r1 else "behind")
+                + " r = 1 here."
             )
         ssgd = phases[(model, "ssgd")]
         best = phases[(model, f"cdc r={row['cdc_best_r']}")]

@@ -149,14 +149,31 @@ def test_bad_bandwidth_is_a_config_error():
         dcoded.run.run(netem_config("cluster.bandwidth_mbit=-5"))
 
 
+def interrupt_after_first_checkpoint(args: list[str], checkpoints) -> None:
+    """Start ``python -m dcoded *args``, Ctrl-C it once ``checkpoints()`` finds one, and
+    check that it failed and left no namespace behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dcoded", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not checkpoints():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert netem.stale_namespaces() == []
+
+
 @needs_netem
 @pytest.mark.slow
 def test_ctrl_c_removes_everything(tmp_path):
-    proc = subprocess.Popen(
+    interrupt_after_first_checkpoint(
         [
-            sys.executable,
-            "-m",
-            "dcoded",
             *NETEM,
             "progress=false",
             "cluster.n_workers=2",
@@ -164,19 +181,8 @@ def test_ctrl_c_removes_everything(tmp_path):
             "train.checkpoint_every=5",
             f"hydra.run.dir={tmp_path}",
         ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        lambda: (tmp_path / "checkpoint.npz").exists(),
     )
-    deadline = time.monotonic() + 180
-    while not (tmp_path / "checkpoint.npz").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert netem.stale_namespaces() == []
     assert (tmp_path / "checkpoint.npz").exists()
 
 
@@ -242,11 +248,8 @@ def test_a_multirun_shares_one_emulated_cluster_and_retunes_it(tmp_path):
 @needs_netem
 @pytest.mark.slow
 def test_ctrl_c_in_a_multirun_removes_the_shared_cluster(tmp_path):
-    proc = subprocess.Popen(
+    interrupt_after_first_checkpoint(
         [
-            sys.executable,
-            "-m",
-            "dcoded",
             "-m",
             *MULTIRUN,
             "train.steps=100000",
@@ -254,17 +257,6 @@ def test_ctrl_c_in_a_multirun_removes_the_shared_cluster(tmp_path):
             "coding.redundancy=1,2",
             f"hydra.sweep.dir={tmp_path}",
         ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        lambda: list(tmp_path.glob("*/checkpoint.npz")),
     )
-    deadline = time.monotonic() + 180
-    while not list(tmp_path.glob("*/checkpoint.npz")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert netem.stale_namespaces() == []
     assert list(tmp_path.glob("*/checkpoint.npz"))

@@ -95,22 +95,18 @@ def test_reductions_and_verdicts():
     assert "larger" in report.verdict(80.0, 26.89)
 
 
-def test_drawing_without_results_says_what_to_run(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paper.draw",
-            "--results",
-            str(tmp_path / "none"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
+def _paper(stage: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", f"paper.{stage}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def test_drawing_without_results_says_what_to_run(tmp_path):
+    result = _paper("draw", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
@@ -118,21 +114,7 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
 
 
 def test_a_bad_mnist_folder_fails_before_any_run(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paper.sweep",
-            "--mnist",
-            str(tmp_path),
-            "--results",
-            str(tmp_path / "results"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _paper("sweep", "--mnist", str(tmp_path), "--results", str(tmp_path / "results"))
     assert result.returncode != 0 and "train-images-idx3-ubyte" in result.stderr
     assert not (tmp_path / "results").exists()
 
@@ -153,23 +135,8 @@ SMALL = [
 
 
 def _stage1(results: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paper.sweep",
-            "--cluster",
-            "local",
-            "--results",
-            str(results),
-            "--",
-            *SMALL,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    args = ["--cluster", "local", "--results", str(results), "--", *SMALL]
+    return _paper("sweep", *args, timeout=900)
 
 
 def _summaries(sweep: Path) -> list[dict]:
@@ -206,13 +173,7 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in small.glob("*/*/summary.json")} == stamp
 
     before = {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file()}
-    drawn = subprocess.run(
-        [sys.executable, "-m", "paper.draw", "--results", str(results), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    drawn = _paper("draw", "--results", str(results), "--out", str(out), timeout=300)
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file()} == before
     for name in ("fig2_loads", "fig3_phases", "fig4_accuracy"):
