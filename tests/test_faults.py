@@ -20,7 +20,8 @@ import dcoded.run
 from dcoded import checkpoint
 from dcoded.cluster import ClusterError
 from dcoded.config import compose_config
-from dcoded.engine.driving import Divergence
+from dcoded.engine.driving import Context, Divergence, WorkerLost
+from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from tests.conftest import TINY, tiny_config
 
@@ -357,3 +358,20 @@ def test_worker_killed_during_evaluation_does_not_hang(tmp_path, monkeypatch):
         )
     assert killed and time.monotonic() - t < 120
     assert "train.resume=" in str(err.value)
+
+
+def test_a_scheduler_lost_while_collecting_records_is_a_clean_error():
+    """The race CI once hit: the scheduler killed during the periodic pull of the workers'
+    records raised a bare CommClosedError (status 1, a traceback) instead of the run's error."""
+    from distributed.comm.core import CommClosedError
+
+    class SchedulerGone:
+        status = "running"
+
+        def run(self, *args, **kwargs):
+            raise CommClosedError("in <TCP (closed) ConnectionPool.broadcast>: Stream is closed")
+
+    log = TrainingLog("r0", n_workers=3, batch_size=24, peers=None)
+    ctx = Context(spec=None, client=SchedulerGone(), workers=[], log=log, reference=None)
+    with pytest.raises(WorkerLost, match="after step 9: lost the scheduler while collecting"):
+        ctx.pull("after step 9")

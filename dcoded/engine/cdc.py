@@ -105,7 +105,7 @@ def train_cdc(ctx: Context) -> np.ndarray:
         for k in range(spec.n_workers)
     ]
     ctx.wait_all(segments, "worker setup")
-    ctx.log.pull(client)  # setup's records are not training
+    ctx.pull("setup")  # setup's records are not training
 
     def theta() -> np.ndarray:
         return np.concatenate(ctx.gather(segments[: p.g], "gathering θ"))

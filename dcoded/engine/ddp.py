@@ -153,7 +153,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
     shown, last_progress = 0, time.monotonic()
     while True:
         ctx.wait_some(futures, POLL_S, "ddp")
-        ctx.log.pull(client)
+        ctx.pull("ddp")
         check_finite(ctx.log.first_nonfinite_loss())
         done_steps = ctx.log.steps_with_records(spec.n_workers)
         if done_steps > shown:
@@ -167,7 +167,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
             raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
     result = ctx.gather(futures[0], "gathering θ")
     theta = result["theta"]
-    ctx.log.pull(client)
+    ctx.pull("ddp")
     ctx.log.ddp_rows(per_epoch)
     for step, snapshot in sorted(result["snapshots"].items()):  # the test accuracy curve
         ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))

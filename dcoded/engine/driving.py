@@ -150,6 +150,14 @@ class Context:
                 f"{what}: lost the connection to the scheduler (client {self.client.status})"
             )
 
+    def pull(self, what: str) -> None:
+        """Drain the workers' records (:meth:`TrainingLog.pull`). A scheduler that goes away
+        during the call is :class:`WorkerLost` with the reason, not a traceback."""
+        try:
+            self.log.pull(self.client)
+        except (OSError, TimeoutError) as e:
+            raise WorkerLost(f"{what}: lost the scheduler while collecting records ({e})") from None
+
     def check_cluster(self, what: str) -> None:
         """Raise :class:`WorkerLost` naming the worker (or the scheduler) that is gone."""
         if self.client is None:
@@ -252,7 +260,7 @@ def after_step(
     last = done == spec.steps
     with clock.paused():
         if ctx.client is not None and (last or done % PULL_EVERY == 0):
-            log.pull(ctx.client)
+            ctx.pull(f"after step {step}")
         check_finite(log.first_nonfinite_loss())
         if last or (spec.eval_every and done % spec.eval_every == 0):
             acc, loss = ctx.reference.evaluate(theta())
