@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dcoded import plots
 from paper import output, paths
-from paper.results import Run, load
+from paper.results import Run, label, load
 
 COLUMNS = ["model", "run", "step_ms", *(f"{p}_ms" for p in plots.PHASES)]
 
@@ -51,7 +51,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     by_model = runs(results, size)
     fig, axes = plt.subplots(1, len(by_model), figsize=(6 * len(by_model), 4), squeeze=False)
     for ax, (model, mine) in zip(axes[0], by_model.items(), strict=True):
-        plots.phases([r.summary for r in mine], ax, label=lambda s: Run(Path(), s).label)
+        plots.phases([r.summary for r in mine], ax, label=label)
         ax.set_title(f"{model}: time per step by phase")
         ax.tick_params(axis="x", labelrotation=30)
     output.save_figure(fig, paths.figures(out) / "fig3_phases.png")

@@ -19,6 +19,14 @@ class MissingResults(RuntimeError):
     """An experiment's sweep has not finished: run stage 1 (``python -m paper.sweep``)."""
 
 
+def label(summary: dict) -> str:
+    """How tables and legends name a run: the algorithm, and cdc's r and shuffle."""
+    if summary["algorithm"] != "cdc":
+        return summary["algorithm"]
+    uncoded = " uncoded" if summary["shuffle"] == "uncoded" else ""
+    return f"cdc r={summary['redundancy']}{uncoded}"
+
+
 @dataclass(frozen=True)
 class Run:
     """One job of a sweep: its folder and its ``summary.json``."""
@@ -31,10 +39,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        s = self.summary
-        if s["algorithm"] != "cdc":
-            return s["algorithm"]
-        return f"cdc r={s['redundancy']}" + (" uncoded" if s["shuffle"] == "uncoded" else "")
+        return label(self.summary)
 
     @property
     def bandwidth_mbit(self) -> float | None:
@@ -61,16 +66,9 @@ def meta(results: Path, size: str, experiment: str) -> dict:
 
 def load(results: Path, size: str, experiment: str) -> list[Run]:
     """Every job of the sweep, in job order."""
-    meta(results, size, experiment)
-    where = paths.sweep_dir(results, size, experiment)
-    runs = []
-    for f in where.glob("*/summary.json"):
-        runs.append(Run(f.parent, json.loads(f.read_text())))
     expected = meta(results, size, experiment)["jobs"]
+    where = paths.sweep_dir(results, size, experiment)
+    runs = [Run(f.parent, json.loads(f.read_text())) for f in where.glob("*/summary.json")]
     if len(runs) != expected:
         raise MissingResults(f"{where} holds {len(runs)} runs, its sweep had {expected} jobs")
     return sorted(runs, key=lambda run: int(run.dir.name.split("-", 1)[0]))
-
-
-def available(results: Path, size: str, experiment: str) -> bool:
-    return (paths.sweep_dir(results, size, experiment) / COMPLETE).exists()
