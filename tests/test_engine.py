@@ -228,3 +228,17 @@ def test_cdc_trains_on_cifar10_pickles(train, tmp_path):
     serial = train("algorithm=serial", *common)
     cdc = train("algorithm=cdc", *common)
     assert cdc["param_sha256"] == serial["param_sha256"] and cdc["dataset"] == "cifar10"
+
+
+def test_task_keys_give_dask_one_prefix_per_kind():
+    """Dask keeps a task prefix for good; a key with the run and step in its prefix made one
+    per task, and a 400-step run slowed from 116 to 349 ms per step."""
+    from dask.utils import key_split
+
+    from dcoded.engine.tasks import parse_key, task_key
+
+    keys = [task_key("dc0123abcdef", "pkt", s, (0, 1, 2), 1) for s in (0, 17, 399)]
+    assert {key_split(k) for k in keys} == {"dcoded-pkt"}
+    assert [parse_key(k) for k in keys] == [("dc0123abcdef", "pkt", s) for s in (0, 17, 399)]
+    assert parse_key(task_key("run", "seg", -1, 3)) == ("run", "seg", -1)
+    assert parse_key("some-other-key") is None

@@ -6,7 +6,7 @@ sub-batch gradients (which never leave the worker that computed them), packets a
 segments. Every task records where its time went; the driver drains these records with
 :func:`pull` through ``client.run``.
 
-Task keys are ``"{run_id}/{kind}/{step}/..."`` so the transfer logs can be attributed to a
+Task keys are ``"dcoded-{kind}-{run_id}/{step}/..."`` so the transfer logs can be attributed to a
 step and a kind (``seg``: all-gather, ``pkt``/``unc``: shuffle, ``red``: cross-cluster sum,
 ``grad``: gradient to the parameter server).
 """
@@ -77,8 +77,12 @@ def _record(run_id: str, **fields) -> None:
 
 
 def task_key(run_id: str, kind: str, step: int, *parts) -> str:
+    """``dcoded-{kind}-{run_id}/{step}/...``: Dask names a task's prefix and group by what
+    comes before the first non-alphabetic word (``dcoded-map``), so one prefix per kind; a key
+    that began with the run and step made a new prefix for every task, which the scheduler
+    keeps for good, and steps slowed down as a run went on."""
     tail = "/".join("-".join(map(str, p)) if isinstance(p, tuple) else str(p) for p in parts)
-    return f"{run_id}/{kind}/{step}" + (f"/{tail}" if tail else "")
+    return f"dcoded-{kind}-{run_id}/{step}" + (f"/{tail}" if tail else "")
 
 
 def parse_key(key) -> tuple[str, str, int] | None:
@@ -86,9 +90,12 @@ def parse_key(key) -> tuple[str, str, int] | None:
     if not isinstance(key, str):
         return None
     parts = key.split("/")
-    if len(parts) < 3 or not parts[2].lstrip("-").isdigit():
+    head = parts[0].split("-", 2)
+    if len(parts) < 2 or len(head) < 3 or head[0] != "dcoded":
         return None
-    return parts[0], parts[1], int(parts[2])
+    if not parts[1].lstrip("-").isdigit():
+        return None
+    return head[2], head[1], int(parts[1])
 
 
 # --------------------------------------------------------------------------- setup / teardown
