@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dcoded import plots
+from dcoded import bench, plots
 from dcoded.coding import load_table
 from paper import output, paths
 from paper.results import load
@@ -36,6 +36,10 @@ COLUMNS = [
 ]
 
 
+#: The byte fields as the benchmark flattens them from a summary (``dcoded.bench.row``).
+BYTE_COLUMNS = COLUMNS[3:10]
+
+
 def compute(results: Path, size: str) -> list[dict]:
     """One row per run, in bytes and in units of ``d``; the baselines last."""
     cdc = load(results, size, "paper_loads")
@@ -54,13 +58,7 @@ def compute(results: Path, size: str) -> list[dict]:
                 "run": r.label,
                 "r": r["redundancy"] if r["algorithm"] == "cdc" else None,
                 "shuffle": r["shuffle"] if r["algorithm"] == "cdc" else None,
-                "multicast": b["multicast"],
-                "theory_multicast": b["theory_multicast"],
-                "unicast": b["unicast"],
-                "theory_unicast": b["theory_unicast"],
-                "params": b["params"],
-                "dask": b["dask_transfer"],
-                "wire": b["wire"],
+                **{k: v for k, v in bench.row(r.summary).items() if k in BYTE_COLUMNS},
                 **{
                     f"{k}_d": (b[src] / d if b.get(src) is not None else None)
                     for k, src in [
