@@ -37,7 +37,7 @@ from dcoded.engine.ps import train_asgd, train_ssgd
 from dcoded.engine.record import ReplicaMismatch, TrainingLog, write_history
 from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
-from dcoded.engine.spec import ALGORITHMS, RunSpec
+from dcoded.engine.spec import ALGORITHMS, SHUFFLES, TRANSPORTS, RunSpec
 from dcoded.engine.tasks import ReplicaMissing
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
@@ -50,7 +50,6 @@ TRAINERS = {
     "asgd": train_asgd,
     "ddp": train_ddp,
 }
-SHUFFLES = ("coded", "uncoded")
 
 
 class ConfigError(ValueError):
@@ -114,6 +113,16 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     shuffle = coding.get("shuffle", "coded")
     if shuffle not in SHUFFLES:
         raise ConfigError(f"coding.shuffle={shuffle!r} is not allowed: choose one of {SHUFFLES}")
+    transport_cfg = c.get("transport") or {}
+    transport = transport_cfg.get("name", "dask")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
+    steps_per_task = transport_cfg.get("steps_per_task", 0)
+    if not isinstance(steps_per_task, int) or steps_per_task < 0:
+        raise ConfigError(
+            f"transport.steps_per_task={steps_per_task!r} is not allowed: it must be an integer "
+            ">= 0 (0: one task per worker until the next evaluation, checkpoint or record pull)"
+        )
     batch = train.get("batch_size")
     if not isinstance(batch, int) or batch < 1:
         raise ConfigError(f"train.batch_size={batch!r} is not allowed: it must be an integer >= 1")
@@ -138,6 +147,8 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         step_timeout_s=float(train.get("step_timeout_s", 300)),
         checkpoint_every=int(train.get("checkpoint_every") or 0),
         pipeline=bool(train.get("pipeline", True)),
+        transport=transport,
+        steps_per_task=steps_per_task,
     )
     try:
         placement = spec.placement
@@ -333,8 +344,8 @@ def theory(spec: RunSpec, d: int) -> dict:
     parameter distribution."""
     K = spec.n_workers
     if spec.algorithm in ("cdc", "serial"):
-        exchange = loads.shuffle(K, spec.redundancy, spec.group_size, spec.shuffle == "coded")
-        params = loads.allgather(spec.placement.g).unicast
+        exchange = loads.shuffle(K, spec.redundancy, spec.group_size, spec.shuffle)
+        params = 0.0 if spec.replicated else loads.allgather(spec.placement.g).unicast
     elif spec.algorithm == "ddp":
         exchange, params = loads.ring_allreduce(K), 0.0
     else:
@@ -351,6 +362,8 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
     means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
     if spec.algorithm == "ddp":  # gloo's packets are not visible: the buckets are (and wire)
         means.update(multicast=None, unicast=None, params=None)
+    if spec.algorithm != "cdc":  # only cdc has a choice of transport
+        means.update(direct=None)
     th = theory(spec, d)
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
@@ -360,6 +373,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         "redundancy": spec.redundancy if placed else None,
         "group_size": spec.placement.g if placed else None,
         "shuffle": spec.shuffle if placed else None,
+        "transport": spec.transport if spec.algorithm == "cdc" else None,
         "model": spec.model["name"],
         "dataset": spec.dataset["name"],
         "batch_size": spec.batch_size,
@@ -388,7 +402,10 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             "allreduced": (log.allreduced / spec.n_workers / max(len(rows), 1))
             if spec.algorithm == "ddp"
             else None,
-            "dask_transfer_by_kind": log.dask_by_kind_means(len(rows)) if rows else {},
+            "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
+            # what the run's transport moved: Dask transfers, or the direct links' messages
+            "transport": means["direct" if spec.transport == "direct" else "dask"],
+            "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows else {},
             "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
             "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
             "control traffic and evaluation included"
@@ -436,6 +453,8 @@ def format_results(summary: dict) -> str:
     head = f"{summary['algorithm']}  K={summary['n_workers']}"
     if summary["redundancy"] is not None:
         head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
+    if summary.get("transport"):
+        head += f" via {summary['transport']}"
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
         f"  {summary['steps']} steps x B={summary['batch_size']}"
@@ -465,6 +484,11 @@ def format_results(summary: dict) -> str:
         f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
         f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
         f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
+        *(
+            [f"    direct links (all)           {nb(b['transport'])}"]
+            if summary.get("transport") == "direct"
+            else []
+        ),
         f"  param_sha256 {summary['param_sha256'][:16]}…",
     ]
     return "\n".join(lines)

@@ -14,6 +14,8 @@ from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
 from dcoded.plots import read_history
+from dcoded.run import run
+from tests.conftest import tiny_config
 
 # (n_workers, redundancy, shuffle, group_size, model)
 CASES = [
@@ -36,7 +38,18 @@ CASES = [
     (3, 2, "coded", None, "cnn"),
     (4, 3, "coded", None, "cnn"),
     (4, 2, "uncoded", 2, "cnn"),
+    (2, 1, "summed", None, "dnn"),
+    (3, 2, "summed", None, "dnn"),
+    (4, 1, "summed", None, "dnn"),
+    (4, 2, "summed", None, "dnn"),
+    (4, 3, "summed", None, "dnn"),
+    (4, 4, "summed", None, "dnn"),
+    (5, 2, "summed", None, "dnn"),
+    (4, 2, "summed", 2, "dnn"),
+    (6, 2, "summed", 3, "dnn"),
+    (4, 2, "summed", None, "cnn"),
 ]
+TRANSPORTS = ["dask", "direct"]
 CNN = ["model.channels=[4,8]", "model.hidden=16"]
 
 
@@ -51,13 +64,51 @@ def _overrides(K, r, shuffle, g, model):
     return out + (CNN if model == "cnn" else [])
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "K{}-r{}-{}-g{}-{}".format(*c))
-def test_cdc_equals_serial_bit_for_bit(train, case):
+def test_cdc_equals_serial_bit_for_bit(train, case, transport):
     serial = train("algorithm=serial", *_overrides(*case))
-    cdc = train("algorithm=cdc", *_overrides(*case))
+    cdc = train("algorithm=cdc", f"transport={transport}", *_overrides(*case))
     assert cdc["param_sha256"] == serial["param_sha256"]
     assert cdc["final"]["train_loss"] == serial["final"]["train_loss"]
     assert cdc["n_params"] == serial["n_params"]
+    assert cdc["transport"] == transport and serial["transport"] is None
+
+
+def test_summed_order_is_its_own():
+    """The summed shuffle adds in another order than the coded one, so its bits differ (the
+    comparison above could fail), and serial follows each."""
+    runs = {
+        (a, sh): run(tiny_config(f"algorithm={a}", f"coding.shuffle={sh}", "train.steps=5"))
+        for a in ("serial", "cdc")
+        for sh in ("coded", "summed")
+    }
+    sha = {k: v["param_sha256"] for k, v in runs.items()}
+    assert sha[("cdc", "coded")] == sha[("serial", "coded")]
+    assert sha[("cdc", "summed")] == sha[("serial", "summed")]
+    assert sha[("serial", "coded")] != sha[("serial", "summed")]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["transport.steps_per_task=1"],  # one task per step, pipelined
+        ["transport.steps_per_task=1", "train.pipeline=false"],
+        ["transport.steps_per_task=2", "train.eval_every=3"],  # chunks cut by evaluations
+        ["coding.redundancy=4", "transport.steps_per_task=1"],
+    ],
+    ids=["per-step", "per-step-unpipelined", "chunks", "replicated-per-step"],
+)
+def test_direct_task_shapes_equal_serial(train, extra, tmp_path):
+    serial = train("algorithm=serial", "train.steps=7", *extra)
+    direct = train("algorithm=cdc", "transport=direct", "train.steps=7", *extra, out_dir=tmp_path)
+    assert direct["param_sha256"] == serial["param_sha256"]
+    rows = read_history(tmp_path)
+    steps = [r for r in rows if r["step_s"]]
+    assert [int(r["step"]) for r in steps] == list(range(7))
+    # the steps' times add up to the training time the driver measured
+    total = direct["time_s"]["total"]
+    assert sum(float(r["step_s"]) for r in steps) == pytest.approx(total, abs=1e-3)
 
 
 def test_sha_changes_with_the_seed(train):
@@ -118,6 +169,7 @@ def test_ssgd_matches_serial_at_r1_closely(train):
     assert abs(serial["final"]["train_loss"] - ssgd["final"]["train_loss"]) < 1e-4
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     "K,r,g,shuffle",
     [
@@ -126,10 +178,13 @@ def test_ssgd_matches_serial_at_r1_closely(train):
         (4, 3, None, "coded"),
         (4, 2, None, "uncoded"),
         (6, 2, 3, "coded"),
+        (4, 2, None, "summed"),
+        (6, 2, 3, "summed"),
+        (4, 4, None, "coded"),
     ],
 )
-def test_bytes_match_closed_forms(train, K, r, g, shuffle):
-    s = train(*_overrides(K, r, shuffle, g, "dnn"))
+def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
+    s = train(*_overrides(K, r, shuffle, g, "dnn"), f"transport={transport}")
     b = s["bytes_per_worker"]
     gg = g or K
     # each packet carries at most one float32 of padding over the mean piece length
@@ -138,12 +193,17 @@ def test_bytes_match_closed_forms(train, K, r, g, shuffle):
     assert abs(b["multicast"] - b["theory_multicast"]) <= pad
     assert abs(b["unicast"] - b["theory_unicast"]) <= r * pad
     assert abs(b["params"] - b["theory_params"]) <= 4
-    # what Dask moved is exactly the packets, once per receiver, and the segments
-    kinds = b["dask_transfer_by_kind"]
-    assert set(kinds) <= {"pkt", "unc", "red", "seg"}, "a gradient or map output moved"
-    shuffled = kinds.get("pkt", 0) + kinds.get("unc", 0) + kinds.get("red", 0)
+    # what the transport moved is exactly the messages, once per receiver, and the segments
+    kinds = b["transport_by_kind"]
+    assert set(kinds) <= {"pkt", "unc", "sum", "red", "seg"}, "a gradient or map output moved"
+    shuffled = sum(kinds.get(k, 0) for k in ("pkt", "unc", "sum", "red"))
     assert shuffled == pytest.approx(b["unicast"])
-    assert kinds["seg"] == pytest.approx(b["params"])
+    assert kinds.get("seg", 0) == pytest.approx(b["params"])
+    assert b["transport"] == pytest.approx(shuffled + kinds.get("seg", 0))
+    if transport == "direct":  # nothing went through Dask's own transfers
+        assert b["dask_transfer"] == 0 and b["dask_transfer_by_kind"] == {}
+    if r == K:  # every worker updates all of θ: nothing is sent at all
+        assert b["transport"] == b["params"] == b["theory_params"] == 0
 
 
 def test_parameter_server_bytes(train):

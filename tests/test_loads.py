@@ -15,13 +15,13 @@ from dcoded.coding import (
     Load,
     allgather,
     coded_shuffle,
-    combined_reduce_scatter,
     cross_cluster_sum,
     load_table,
     parameter_server,
     ring_allreduce,
     segment_slices,
     shuffle,
+    summed_shuffle,
     uncoded_shuffle,
 )
 from dcoded.coding.__main__ import main
@@ -77,7 +77,7 @@ def test_closed_forms(n, r):
     assert close(uncoded_shuffle(n, r), Fraction(c, n), Fraction(c, n))
     # The coded multicast count is the uncoded one divided by r: each packet serves r receivers.
     assert coded_shuffle(n, r).multicast * r == pytest.approx(uncoded_shuffle(n, r).multicast)
-    assert close(combined_reduce_scatter(n, r), Fraction(n - r, n), Fraction(n - r, n))
+    assert close(summed_shuffle(n, r), Fraction(n - r, n), Fraction(n - r, n))
 
 
 @pytest.mark.parametrize(("n", "r"), KR)
@@ -103,7 +103,7 @@ def test_cdc_optimum_identity(n, r):
 
 
 @pytest.mark.parametrize(("n", "r"), [(n, r) for n in range(2, 8) for r in range(1, n)])
-def test_combined_reduce_scatter_covering(n, r):
+def test_summed_shuffle_covering(n, r):
     """Owner k lacks the r-subsets of the K-1 others; any K-r of those workers hold each of them
     (and K-r-1 do not suffice), so K-r pre-summed vectors of |segment k| values reach k."""
     for k in range(n):
@@ -118,25 +118,25 @@ def test_combined_reduce_scatter_covering(n, r):
     d = 37
     sent = sum((n - r) * (s.stop - s.start) for s in segment_slices(d, n))
     assert Fraction(sent, n) == Fraction(n - r, n) * d
-    assert combined_reduce_scatter(n, r).unicast * d == pytest.approx(sent / n)
+    assert summed_shuffle(n, r).unicast * d == pytest.approx(sent / n)
 
 
 @pytest.mark.parametrize(("n", "r"), KR)
 def test_summing_before_sending_beats_coded_unicast(n, r):
     """The honest caveat: a reduce-scatter that adds gradients before sending never moves more
     than the coded shuffle's unicast count, and strictly less for 2 <= r <= K-2."""
-    rs, coded = combined_reduce_scatter(n, r).unicast, coded_shuffle(n, r).unicast
+    rs, coded = summed_shuffle(n, r).unicast, coded_shuffle(n, r).unicast
     if r in (1, n - 1, n):
         assert rs == pytest.approx(coded)
     else:
         assert rs < coded
 
 
-def test_combined_reduce_scatter_values():
-    assert close(combined_reduce_scatter(4, 1), Fraction(3, 4), Fraction(3, 4))
-    assert close(combined_reduce_scatter(4, 2), Fraction(1, 2), Fraction(1, 2))
-    assert close(combined_reduce_scatter(4, 4), 0, 0)
-    assert close(combined_reduce_scatter(8, 3), Fraction(5, 8), Fraction(5, 8))
+def test_summed_shuffle_values():
+    assert close(summed_shuffle(4, 1), Fraction(3, 4), Fraction(3, 4))
+    assert close(summed_shuffle(4, 2), Fraction(1, 2), Fraction(1, 2))
+    assert close(summed_shuffle(4, 4), 0, 0)
+    assert close(summed_shuffle(8, 3), Fraction(5, 8), Fraction(5, 8))
 
 
 def test_other_schemes():
@@ -178,12 +178,17 @@ def test_cross_cluster_sum(n, g, mc, uc):
 )
 def test_hierarchical_shuffle_is_inner_plus_cross(n, r, g):
     cross = cross_cluster_sum(n, g)
-    for coded, inner in ((True, coded_shuffle(g, r)), (False, uncoded_shuffle(g, r))):
-        got = shuffle(n, r, g, coded=coded)
+    for scheme, inner in (
+        ("coded", coded_shuffle(g, r)),
+        ("uncoded", uncoded_shuffle(g, r)),
+        ("summed", summed_shuffle(g, r)),
+    ):
+        got = shuffle(n, r, g, scheme)
         assert close(got, inner.multicast + cross.multicast, inner.unicast + cross.unicast)
     if g == n:
         assert shuffle(n, r) == coded_shuffle(n, r)
-        assert shuffle(n, r, coded=False) == uncoded_shuffle(n, r)
+        assert shuffle(n, r, scheme="uncoded") == uncoded_shuffle(n, r)
+        assert shuffle(n, r, scheme="summed") == summed_shuffle(n, r)
 
 
 def test_hierarchical_hand_value():
@@ -197,13 +202,14 @@ def test_hierarchical_hand_value():
         lambda: coded_shuffle(4, 5),
         lambda: coded_shuffle(4, 0),
         lambda: uncoded_shuffle(0, 1),
-        lambda: combined_reduce_scatter(3, 4),
+        lambda: summed_shuffle(3, 4),
         lambda: allgather(0),
         lambda: ring_allreduce(0),
         lambda: parameter_server(0),
         lambda: cross_cluster_sum(4, 3),
         lambda: shuffle(4, 3, 2),
         lambda: shuffle(4, 1, 3),
+        lambda: shuffle(4, 2, scheme="xor"),
         lambda: load_table(4, 3),
     ],
 )
@@ -219,12 +225,12 @@ def test_load_table(n, g):
     assert [row["r"] for row in rows] == list(range(1, gg + 1))
     for row in rows:
         r = row["r"]
-        coded, uncoded = shuffle(n, r, gg), shuffle(n, r, gg, coded=False)
+        coded, uncoded = shuffle(n, r, gg), shuffle(n, r, gg, scheme="uncoded")
         assert row["compute"] == pytest.approx(r / n)
         assert row["coded_mc"] == coded.multicast and row["coded_uc"] == coded.unicast
         assert row["uncoded_mc"] == uncoded.multicast and row["uncoded_uc"] == uncoded.unicast
         assert row["reduce_scatter"] == pytest.approx(
-            combined_reduce_scatter(gg, r).unicast + cross_cluster_sum(n, gg).unicast
+            summed_shuffle(gg, r).unicast + cross_cluster_sum(n, gg).unicast
         )
         assert row["allgather_mc"] == allgather(gg).multicast
         assert row["allgather_uc"] == allgather(gg).unicast

@@ -21,6 +21,7 @@ from dcoded.coding import (
     piece_slices,
     segment_slices,
     subsets,
+    summed_plan,
     uncoded_sender,
 )
 
@@ -115,7 +116,7 @@ def test_subsets_and_groups(n, r):
             label = label_without(s, k)
             assert label in T and k not in label and len(label) == r
             sender = uncoded_sender(s, k)
-            assert sender == min(label) and label in p.held_by(sender)
+            assert sender in label and label in p.held_by(sender)
     # Worker k lacks exactly the sub-batches T with k not in T, each reached through S = T ∪ {k}.
     for k in range(n):
         missing = [t for t in T if k not in t]
@@ -229,3 +230,35 @@ def test_check_layout_ok():
 def test_clusters_rejects_bad_group_size():
     with pytest.raises(ValueError, match=r"group_size=3 .*\[1, 2, 4\]"):
         clusters(4, 3)
+
+
+@pytest.mark.parametrize(("n", "r"), [(n, r) for n in range(1, 9) for r in range(1, n + 1)])
+def test_uncoded_senders_are_balanced_holders(n, r):
+    """Every v(S, k) goes from a holder of S∖{k}, and every worker sends exactly one value in
+    each of the C(K-1, r) groups it belongs to (the lowest holder sent 6/4/2/0 at K=4, r=2)."""
+    count = [0] * n
+    for s in groups(n, r):
+        senders = [uncoded_sender(s, k) for k in s]
+        assert sorted(senders) == list(s)  # one value each inside the group
+        for k, j in zip(s, senders, strict=True):
+            assert j != k and j in label_without(s, k)
+            count[j] += 1
+    assert count == [comb(n - 1, r)] * n
+
+
+@pytest.mark.parametrize(("n", "r"), [(n, r) for n in range(1, 10) for r in range(1, n + 1)])
+def test_summed_plan_covers_once_and_balances(n, r):
+    """Brute force: every T ∌ k is charged to exactly one sender, which holds it; k gets sums
+    from exactly K-r senders; every worker sends to exactly K-r receivers."""
+    sends = [0] * n
+    for k in range(n):
+        plan = summed_plan(n, r, k)
+        charged = [t for ts in plan.values() for t in ts]
+        assert sorted(charged) == [t for t in subsets(n, r) if k not in t]
+        assert len(charged) == len(set(charged))
+        assert len(plan) == n - r and all(plan.values())
+        assert list(plan) == sorted(plan)
+        for j, ts in plan.items():
+            assert j != k and all(j in t for t in ts) and ts == sorted(ts)
+            sends[j] += 1
+    assert sends == [n - r] * n

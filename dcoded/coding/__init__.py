@@ -16,12 +16,12 @@ from dcoded.coding.loads import (
     Load,
     allgather,
     coded_shuffle,
-    combined_reduce_scatter,
     cross_cluster_sum,
     load_table,
     parameter_server,
     ring_allreduce,
     shuffle,
+    summed_shuffle,
     uncoded_shuffle,
 )
 from dcoded.coding.placement import (
@@ -34,6 +34,7 @@ from dcoded.coding.placement import (
     piece_slices,
     segment_slices,
     subsets,
+    summed_plan,
     uncoded_sender,
 )
 
@@ -46,7 +47,6 @@ __all__ = [
     "check_layout",
     "clusters",
     "coded_shuffle",
-    "combined_reduce_scatter",
     "cross_cluster_sum",
     "decode_piece",
     "decode_value",
@@ -62,6 +62,8 @@ __all__ = [
     "shuffle",
     "subsets",
     "sum_in_order",
+    "summed_plan",
+    "summed_shuffle",
     "uncoded_sender",
     "uncoded_shuffle",
 ]

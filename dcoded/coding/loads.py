@@ -50,13 +50,17 @@ def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
     return Load(comb(K - 1, r) / K, comb(K - 1, r) / K)
 
 
-def combined_reduce_scatter(n_workers: int, redundancy: int) -> Load:
-    """Reduce-scatter that sums gradients before sending, with the CDC placement: ``(K-r)/K``.
+def summed_shuffle(n_workers: int, redundancy: int) -> Load:
+    """The summed shuffle (a reduce-scatter that sums before sending, with the CDC placement):
+    ``(K-r)/K`` sent and received per worker.
 
     The sub-batches owner ``k`` lacks are the ``r``-subsets of the other ``K-1`` workers; any
     ``K-r`` of those workers hit every one of them, so ``K-r`` pre-summed vectors of ``d/K``
-    values suffice (``(K-1)/K`` at ``r = 1``, the plain reduce-scatter). CDC does not exploit
-    summation, which is why this is below the coded shuffle for most ``(K, r)``.
+    values suffice (``(K-1)/K`` at ``r = 1``, the plain reduce-scatter; see
+    :func:`~dcoded.coding.placement.summed_plan`). Each has one receiver, so the multicast and
+    unicast counts are equal. CDC does not exploit summation, which is why this is below the
+    coded shuffle's unicast count for most ``(K, r)``, and the least any scheme can give a
+    receiver on a switch.
     """
     K, r = n_workers, redundancy
     check_layout(K, r)
@@ -98,11 +102,23 @@ def cross_cluster_sum(n_workers: int, group_size: int) -> Load:
     return Load(1 / group_size if m > 1 else 0.0, (m - 1) / group_size)
 
 
-def shuffle(n_workers: int, redundancy: int, group_size: int | None = None, coded=True) -> Load:
-    """The gradient exchange of CDC with group size ``g``: the shuffle inside a cluster of
-    ``g`` plus the cross-cluster sum."""
+#: The gradient exchanges of one placement (``coding.shuffle``).
+SCHEMES = {"coded": coded_shuffle, "uncoded": uncoded_shuffle, "summed": summed_shuffle}
+
+
+def shuffle(
+    n_workers: int, redundancy: int, group_size: int | None = None, scheme: str = "coded"
+) -> Load:
+    """The gradient exchange ``scheme`` (``coded``, ``uncoded`` or ``summed``) with group size
+    ``g``: the shuffle inside a cluster of ``g`` plus the cross-cluster sum.
+
+    >>> shuffle(4, 2, scheme="summed")
+    Load(multicast=0.5, unicast=0.5)
+    """
     g = check_layout(n_workers, redundancy, group_size)
-    inner = coded_shuffle(g, redundancy) if coded else uncoded_shuffle(g, redundancy)
+    if scheme not in SCHEMES:
+        raise ValueError(f"shuffle scheme {scheme!r} is not known: choose one of {tuple(SCHEMES)}")
+    inner = SCHEMES[scheme](g, redundancy)
     extra = cross_cluster_sum(n_workers, g)
     return Load(inner.multicast + extra.multicast, inner.unicast + extra.unicast)
 
@@ -112,10 +128,9 @@ def load_table(n_workers: int, group_size: int | None = None) -> list[dict[str, 
     g = check_layout(n_workers, 1, group_size)
     rows = []
     for r in range(1, g + 1):
-        coded = shuffle(n_workers, r, g, coded=True)
-        uncoded = shuffle(n_workers, r, g, coded=False)
-        rs = combined_reduce_scatter(g, r)
-        cross = cross_cluster_sum(n_workers, g)
+        coded = shuffle(n_workers, r, g, "coded")
+        uncoded = shuffle(n_workers, r, g, "uncoded")
+        summed = shuffle(n_workers, r, g, "summed")
         ag = allgather(g)
         ps_up, _ = parameter_server(n_workers)
         rows.append(
@@ -126,7 +141,7 @@ def load_table(n_workers: int, group_size: int | None = None) -> list[dict[str, 
                 "coded_uc": coded.unicast,
                 "uncoded_mc": uncoded.multicast,
                 "uncoded_uc": uncoded.unicast,
-                "reduce_scatter": rs.unicast + cross.unicast,
+                "reduce_scatter": summed.unicast,
                 "allgather_mc": ag.multicast,
                 "allgather_uc": ag.unicast,
                 "ring_allreduce": ring_allreduce(n_workers).unicast,

@@ -93,8 +93,39 @@ def clusters(n_workers: int, group_size: int) -> list[Subset]:
 
 
 def uncoded_sender(group: Subset, receiver: int) -> int:
-    """Uncoded shuffle: ``v(S, k)`` is sent whole by the lowest-numbered member of ``S∖{k}``."""
-    return min(m for m in group if m != receiver)
+    """Uncoded shuffle: ``v(S, k)`` is sent whole by the member of ``S`` that follows ``k`` in
+    ``S``, cyclically, so every member of every group sends exactly one value there and every
+    worker sends ``C(K-1, r)`` values in all (the lowest holder would send 6/4/2/0 at K=4, r=2).
+
+    >>> [uncoded_sender((0, 1, 3), k) for k in (0, 1, 3)]
+    [1, 3, 0]
+    """
+    i = group.index(receiver)
+    return group[(i + 1) % len(group)]
+
+
+def summed_plan(n: int, r: int, receiver: int) -> dict[int, list[Subset]]:
+    """Summed shuffle: sender -> the sub-batches ``T ∌ receiver`` it pre-sums for ``receiver``.
+
+    The senders are the ``n - r`` workers that follow ``receiver`` cyclically; every
+    ``r``-subset of the other ``n - 1`` workers meets them, and ``T`` is charged to its member
+    closest after ``receiver``. So each worker sends one sum of ``d/n`` values to each of the
+    ``n - r`` workers before it: ``(n - r)/n · d`` sent and received per worker, the
+    receive-side optimum. Senders ascending, each list of ``T`` in lexicographic order (the
+    order in which they are summed, on the workers and in ``serial``).
+
+    >>> summed_plan(4, 2, 0)
+    {1: [(1, 2), (1, 3)], 2: [(2, 3)]}
+    >>> summed_plan(4, 4, 0)
+    {}
+    """
+    plan: dict[int, list[Subset]] = {}
+    for label in subsets(n, r):
+        if receiver in label:
+            continue
+        sender = min(label, key=lambda j: (j - receiver) % n)
+        plan.setdefault(sender, []).append(label)
+    return dict(sorted(plan.items()))
 
 
 @dataclass(frozen=True)

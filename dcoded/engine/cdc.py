@@ -1,10 +1,12 @@
-"""CDC-SSGD on Dask futures: map, coded (or uncoded) shuffle, reduce, update, all-gather.
+"""CDC-SSGD on Dask futures (``transport=dask``): map, shuffle (coded, uncoded or summed),
+reduce, update, all-gather; every transfer is a Dask dependency, which the dashboard shows.
 
 Every task is pinned to its worker (``workers=[...]``, ``allow_other_workers=False``). A
-worker's map output stays where it was computed; only packets (``pkt``/``unc``), reduced
-segments across clusters (``red``) and updated segments (``seg``) move, worker to worker, as
-Dask dependencies. The next step's maps depend on the owners' updated segments, so the
-all-gather is peer to peer and the driver only submits work and collects metrics.
+worker's map output stays where it was computed; only shuffle messages
+(``pkt``/``unc``/``sum``), reduced segments across clusters (``red``) and updated segments
+(``seg``) move, worker to worker, as Dask dependencies. The next step's maps depend on the
+owners' updated segments, so the all-gather is peer to peer and the driver only submits work
+and collects metrics. At ``r = K`` nothing moves: each worker's step waits on its previous one.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from dcoded.checkpoint import concat_shards
-from dcoded.coding import uncoded_sender
 from dcoded.engine import tasks
+from dcoded.engine.direct import train_direct
 from dcoded.engine.driving import (
     Clock,
     Context,
@@ -27,7 +29,8 @@ from dcoded.engine.tasks import task_key
 
 
 def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: list) -> list:
-    """Submit one CDC step; return the futures of the updated segments, one per worker."""
+    """Submit one CDC step; return the futures of the updated segments, one per worker (at
+    ``r = K``: of each worker's step, which keeps ``θ`` in its replica)."""
     p, run = spec.placement, spec.run_id
     K = spec.n_workers
 
@@ -42,6 +45,9 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
             **pinned(workers[rank]),
         )
 
+    if spec.replicated:  # nothing moves: each step waits for the worker's previous one
+        return [submit(tasks.cdc_replicated, k, "rep", segments[k]) for k in range(K)]
+
     maps = {}
     for j in range(K):
         c = p.cluster_of(j)
@@ -49,30 +55,14 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
         maps[j] = submit(tasks.cdc_map, j, "map", *owners)
 
     received: dict[int, dict] = {k: {} for k in range(K)}
+    kind = {"coded": "pkt", "uncoded": "unc", "summed": "sum"}[spec.shuffle]
     for c in range(p.n_clusters):
-        for group in p.groups:
-            if spec.shuffle == "coded":
-                for j in group:
-                    sender = p.global_id(c, j)
-                    packet = submit(
-                        tasks.cdc_encode, sender, "pkt", group, maps[sender], key_parts=(group,)
-                    )
-                    for k in group:
-                        if k != j:
-                            received[p.global_id(c, k)][(group, j)] = packet
-            else:
-                for k in group:
-                    sender = p.global_id(c, uncoded_sender(group, k))
-                    value = submit(
-                        tasks.cdc_uncoded,
-                        sender,
-                        "unc",
-                        group,
-                        k,
-                        maps[sender],
-                        key_parts=(group, k),
-                    )
-                    received[p.global_id(c, k)][group] = value
+        for j in range(p.g):
+            sender = p.global_id(c, j)
+            for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, j):
+                message = submit(tasks.cdc_send, sender, kind, tag, maps[sender], key_parts=tag[1:])
+                for k in receivers:
+                    received[p.global_id(c, k)][tag] = message
 
     if p.n_clusters == 1:
         return [submit(tasks.cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
@@ -88,6 +78,8 @@ def train_cdc(ctx: Context) -> np.ndarray:
     """Run CDC steps from ``ctx.start_step`` to ``spec.steps``; return the final ``θ``
     (gathered from the owners of cluster 0)."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    if spec.transport == "direct":
+        return train_direct(ctx)
     run, p = spec.run_id, spec.placement
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
@@ -108,11 +100,15 @@ def train_cdc(ctx: Context) -> np.ndarray:
     ctx.pull("setup")  # setup's records are not training
 
     def theta() -> np.ndarray:
+        if spec.replicated:
+            current = client.submit(tasks.current_theta, run, 0, segments[0], **pinned(workers[0]))
+            return ctx.gather(current, "gathering θ")
         return np.concatenate(ctx.gather(segments[: p.g], "gathering θ"))
 
     def snapshot() -> tuple[np.ndarray, dict]:
         states = [
-            client.submit(tasks.shard_state, run, k, **pinned(workers[k])) for k in range(p.g)
+            client.submit(tasks.shard_state, run, k, segments[k], **pinned(workers[k]))
+            for k in range(p.g)
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 

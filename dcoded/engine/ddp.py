@@ -110,7 +110,7 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
         t1 = time.time()
         optimizer.step()
         t2 = time.time()
-        tasks._record(
+        tasks.record(
             run_id,
             step=step,
             rank=rank,
@@ -120,7 +120,7 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
             loss=float(loss_sum.detach()),
             allreduced=reduced[0],
         )
-        tasks._record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
+        tasks.record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
         reduced[0] = 0
         if rank == 0 and spec.eval_every and (step + 1) % spec.eval_every == 0:
             snapshots[step] = replica.theta  # a copy of d floats: tens of microseconds

@@ -56,19 +56,22 @@ class Context:
     def start_step(self) -> int:
         return self.resume.step if self.resume else 0
 
-    def wait_all(self, futures, what: str) -> None:
-        """Wait for ``futures`` within ``train.step_timeout_s``; re-raise the first task error
+    def wait_all(self, futures, what: str, timeout: float | None = None) -> None:
+        """Wait for ``futures`` within ``timeout`` (default ``train.step_timeout_s``); re-raise
+        the first task error
         as soon as it happens; every ``POLL_S`` of waiting, check that the run's workers and
         the scheduler are still there (a task pinned to a dead worker would wait forever)."""
         pending = set(futures)
-        deadline = time.monotonic() + self.spec.step_timeout_s
+        limit = self.spec.step_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + limit
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 keys = [f.key for f in pending]
                 raise StepTimeout(
-                    f"{what} did not finish within train.step_timeout_s="
-                    f"{self.spec.step_timeout_s:g}s ({len(keys)} task(s) pending, e.g. {keys[:2]})"
+                    f"{what} did not finish within {limit:g}s (train.step_timeout_s="
+                    f"{self.spec.step_timeout_s:g}s a step; {len(keys)} task(s) pending, "
+                    f"e.g. {keys[:2]})"
                 )
             pending = self.wait_some(pending, min(remaining, POLL_S), what)
 

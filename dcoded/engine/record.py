@@ -18,9 +18,9 @@ from pathlib import Path
 from dcoded.engine import tasks
 
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
-BYTE_FIELDS = ("multicast", "unicast", "params", "dask")
+BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
 #: Dask keys of the gradient exchange and of the parameter distribution, by kind.
-SHUFFLE_KINDS = frozenset({"pkt", "unc", "red", "grad"})
+SHUFFLE_KINDS = frozenset({"pkt", "unc", "sum", "red", "grad"})
 PARAM_KINDS = frozenset({"seg"})
 
 HISTORY_COLUMNS = [
@@ -64,6 +64,7 @@ class TrainingLog:
         self._nonfinite: tuple[int, float] | None = None
         self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
+        self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
 
     # ------------------------------------------------------------------ inputs
     def driver_step(self, step: int, **fields) -> None:
@@ -112,6 +113,22 @@ class TrainingLog:
             )
             previous = end
 
+    def chunk_rows(self, steps: range, t0: float, t1: float, per_epoch: int) -> None:
+        """Driver rows for steps that ran in one task per worker, from ``t0`` to ``t1`` on the
+        driver's clock: each step takes its slowest rank's time (its ``step`` records), and
+        the first step also takes what is left (launching the task), so the steps add up to
+        the driver's time."""
+        took = [max(self._phase[(s, "step")].values(), default=0.0) for s in steps]
+        span, inner = t1 - t0, sum(took[1:])
+        if inner + took[0] > span:  # the slowest ranks of different steps add up to more
+            took = [x * span / (inner + took[0]) for x in took]
+        else:
+            took[0] = span - inner
+        wall = t0
+        for step, seconds in zip(steps, took, strict=True):
+            wall += seconds
+            self.driver_step(step, epoch=step // per_epoch, wall_s=wall, step_s=seconds)
+
     def note(self, message: str) -> None:
         """Something the summary should mention (a lost worker, a resume)."""
         self.events.append(message)
@@ -147,6 +164,9 @@ class TrainingLog:
                 self.add_bytes(step, field, rec[field])
         if "loss" in rec:
             self.add_loss(step, rec["loss"])
+        for kind, nbytes in rec.get("sent", {}).items():  # over the direct transport
+            self.add_bytes(step, "direct", nbytes)
+            self.direct_by_kind[kind] += nbytes
         for label, digest in rec.get("digests", {}).items():
             key = (step, rec["cluster"], label)
             first = self._digests.setdefault(key, (rec["rank"], digest))
@@ -220,9 +240,11 @@ class TrainingLog:
             return dict.fromkeys(BYTE_FIELDS)
         return {b: statistics.fmean(r.get(f"bytes_{b}") or 0.0 for r in rows) for b in BYTE_FIELDS}
 
-    def dask_by_kind_means(self, n_steps: int) -> dict[str, float]:
-        """Dask bytes per worker per step, split by what moved (``seg``, ``pkt``, ...)."""
-        return {k: v / (self.n_workers * n_steps) for k, v in sorted(self.dask_by_kind.items())}
+    def by_kind_means(self, n_steps: int, transport: str = "dask") -> dict[str, float]:
+        """Bytes per worker per step that ``transport`` (``dask`` or ``direct``) moved, split
+        by what moved (``seg``, ``pkt``, ...)."""
+        moved = self.dask_by_kind if transport == "dask" else self.direct_by_kind
+        return {k: v / (self.n_workers * n_steps) for k, v in sorted(moved.items())}
 
 
 def _values(rows, key):

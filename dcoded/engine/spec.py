@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, field
 from dcoded.coding import Placement
 
 ALGORITHMS = ("cdc", "serial", "ssgd", "asgd", "ddp")
+#: The gradient exchanges of ``cdc`` (``coding.shuffle``).
+SHUFFLES = ("coded", "uncoded", "summed")
+#: How ``cdc``'s packets and segments travel (``transport``).
+TRANSPORTS = ("dask", "direct")
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,19 @@ class RunSpec:
     step_timeout_s: float = 300.0
     checkpoint_every: int = 0
     pipeline: bool = True
+    transport: str = "dask"
+    steps_per_task: int = 0
     extra: Mapping = field(default_factory=dict)
 
     @property
     def placement(self) -> Placement:
         return Placement(self.n_workers, self.redundancy, self.group_size)
+
+    @property
+    def replicated(self) -> bool:
+        """``r = K``: every worker computes the whole batch and updates all of ``θ`` itself,
+        so nothing is shuffled or gathered."""
+        return self.algorithm in ("cdc", "serial") and self.redundancy == self.n_workers
 
     def to_dict(self) -> dict:
         return asdict(self)

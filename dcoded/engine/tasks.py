@@ -7,8 +7,8 @@ segments. Every task records where its time went; the driver drains these record
 :func:`pull` through ``client.run``.
 
 Task keys are ``"dcoded-{kind}-{run_id}/{step}/..."`` so the transfer logs can be attributed to a
-step and a kind (``seg``: all-gather, ``pkt``/``unc``: shuffle, ``red``: cross-cluster sum,
-``grad``: gradient to the parameter server).
+step and a kind (``seg``: all-gather, ``pkt``/``unc``/``sum``: shuffle, ``red``: cross-cluster sum,
+``sum``: pre-summed parts, ``grad``: gradient to the parameter server).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from dcoded.coding import (
     encode_packet,
     label_without,
     sum_in_order,
+    summed_plan,
+    uncoded_sender,
 )
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
@@ -46,8 +48,16 @@ class WorkerState:
     replica: Replica
     placement: Placement
     segments: list[slice]
-    optimizer: SegmentOptimizer | None = None
+    optimizer: SegmentOptimizer | None = None  # this owner's shard
+    #: ``r = K``: every segment's shard, each worker updating all of ``θ`` itself
+    optimizers: list[SegmentOptimizer] = field(default_factory=list)
+    link: object | None = None  # the direct transport's connections and mailbox
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def close(self) -> None:
+        """Wake a direct loop that waits for peers, and close its connections."""
+        if self.link is not None:
+            self.link.close("the run was torn down")
 
     @property
     def local(self) -> int:
@@ -71,7 +81,13 @@ def _state(run_id: str, rank: int) -> WorkerState:
         ) from None
 
 
-def _record(run_id: str, **fields) -> None:
+def find_state(run_id: str, rank: int) -> WorkerState | None:
+    """This process's replica of ``rank`` in run ``run_id``, if it holds one."""
+    return _STATES.get((run_id, rank))
+
+
+def record(run_id: str, **fields) -> None:
+    """Keep one fact (a phase's start and stop, bytes, a loss) for the driver's next drain."""
     with _LOCK:
         _RECORDS[run_id].append(fields)
 
@@ -119,11 +135,15 @@ def setup(
     placement = spec.placement
     state = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
     if spec.algorithm == "cdc":
-        seg = state.segments[state.local]
-        own = replica.theta[seg]
-        state.optimizer = SegmentOptimizer(own, spec.optimizer)
-        state.optimizer.load_state_arrays(slice_state(optimizer_state, seg))
-        result = own.copy()
+        theta = replica.theta
+        shards = range(len(state.segments)) if spec.replicated else [state.local]
+        for i in shards:
+            seg = state.segments[i]
+            shard = SegmentOptimizer(theta[seg], spec.optimizer)
+            shard.load_state_arrays(slice_state(optimizer_state, seg))
+            state.optimizers.append(shard)
+        state.optimizer = state.optimizers[state.local if spec.replicated else 0]
+        result = theta[state.segments[state.local]].copy()
     else:
         result = np.zeros(0, np.float32)
     with _LOCK:
@@ -131,18 +151,25 @@ def setup(
     return result
 
 
-def shard_state(run_id: str, rank: int) -> dict:
-    """The optimizer state of this owner's segment, for a checkpoint."""
+def shard_state(run_id: str, rank: int, *after) -> dict:
+    """The optimizer state of this owner's segment, for a checkpoint (``after``: futures
+    this must wait for)."""
     return _state(run_id, rank).optimizer.state_arrays()
+
+
+def current_theta(run_id: str, rank: int, *after) -> np.ndarray:
+    """The worker's full ``θ`` (``r = K``, or the direct transport after its all-gather)."""
+    return _state(run_id, rank).replica.theta
 
 
 def teardown(run_id: str, dask_worker=None) -> int:
     """Drop every replica and record of ``run_id`` in this process."""
     with _LOCK:
         gone = [k for k in _STATES if k[0] == run_id]
-        for k in gone:
-            del _STATES[k]
+        states = [_STATES.pop(k) for k in gone]
         _RECORDS.pop(run_id, None)
+    for state in states:
+        state.close()
     return len(gone)
 
 
@@ -183,14 +210,43 @@ def _log_entry(e: dict, clock_shift: float = 0.0) -> dict:
 
 
 # --------------------------------------------------------------------------- CDC
+#
+# The math of one CDC step on a worker, shared by both transports: the ``dask`` graph of
+# ``engine/cdc.py`` runs each piece as a task, the ``direct`` loop of ``engine/direct.py``
+# calls them in turn. A shuffle message is named by a *tag*: ``("pkt", S, j)`` the coded packet
+# ``P(S, j)``, ``("unc", S, k)`` the value ``v(S, k)`` sent whole, ``("sum", j, k)`` the sum
+# sender ``j`` pre-adds for owner ``k`` (local indices throughout).
 
 
-def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
-    """Map: the summed gradient ``g_T`` of every sub-batch ``T`` this worker holds, at the
-    ``θ`` assembled from the owners' segments."""
-    t0 = time.time()
-    st = _state(run_id, rank)
-    st.replica.set_theta(np.concatenate(segments))
+def shuffle_sends(p: Placement, shuffle: str, local: int) -> list[tuple[tuple, list[int]]]:
+    """``(tag, receivers)`` of every message the worker of local index ``local`` sends."""
+    out = []
+    if shuffle == "summed":
+        for k in range(p.g):
+            if k != local and local in summed_plan(p.g, p.redundancy, k):
+                out.append((("sum", local, k), [k]))
+        return out
+    for group in p.groups_of(local):
+        if shuffle == "coded":
+            out.append((("pkt", group, local), [k for k in group if k != local]))
+        else:
+            out += [(("unc", group, k), [k]) for k in group if uncoded_sender(group, k) == local]
+    return out
+
+
+def shuffle_receives(p: Placement, shuffle: str, local: int) -> list[tuple[tuple, int]]:
+    """``(tag, sender)`` of every message the owner of segment ``local`` needs."""
+    if shuffle == "summed":
+        return [(("sum", j, local), j) for j in summed_plan(p.g, p.redundancy, local)]
+    if shuffle == "coded":
+        return [(("pkt", group, j), j) for group in p.groups_of(local) for j in group if j != local]
+    return [(("unc", group, local), uncoded_sender(group, local)) for group in p.groups_of(local)]
+
+
+def map_grads(st: WorkerState, step: int) -> tuple[dict, float, dict]:
+    """``(grads, loss, digests)``: the summed gradient ``g_T`` of every sub-batch ``T`` this
+    worker holds at the replica's ``θ``, the loss of the sub-batches it is first holder of,
+    and a digest of each ``g_T`` (the driver compares them across holders)."""
     _, idx = st.replica.step_samples(step)
     slices = st.placement.sub_batch_slices(st.spec.batch_size)[st.cluster]
     grads, loss = {}, 0.0
@@ -199,91 +255,138 @@ def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
             grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
             if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
                 loss += sub_loss
-    stop = time.time()
     # the r holders of a sub-batch must compute the same bits, or XOR decoding is silently
     # wrong: the driver compares these digests across holders (no bytes on the wire)
-    digests = {label: _digest(g) for label, g in grads.items()}
-    _record(
+    return grads, loss, {label: _digest(g) for label, g in grads.items()}
+
+
+def record_map(run_id: str, st: WorkerState, step: int, t0: float, loss, digests) -> None:
+    record(
         run_id,
         step=step,
-        rank=rank,
+        rank=st.rank,
         phase="map",
         start=t0,
-        stop=stop,
+        stop=time.time(),
         loss=loss,
         cluster=st.cluster,
         digests=digests,
     )
-    return grads
+
+
+def payload(st: WorkerState, tag: tuple, grads: dict) -> np.ndarray:
+    """The message ``tag`` (see :func:`shuffle_sends`) from this worker's own gradients."""
+    kind, p = tag[0], st.placement
+    if kind == "pkt":
+        return encode_packet(tag[1], st.local, grads, st.segments)
+    if kind == "unc":
+        group, k = tag[1], tag[2]
+        return grads[label_without(group, k)][st.segments[k]].copy()
+    k = tag[2]
+    plan = summed_plan(p.g, p.redundancy, k)[st.local]
+    return sum_in_order([grads[t][st.segments[k]] for t in plan])
+
+
+def reduce_segment(st: WorkerState, grads: dict, received: dict) -> np.ndarray:
+    """``G[k]`` of this owner from its own gradients and the messages it received (by tag).
+
+    Coded and uncoded: ``Σ_T g_T[k]`` over every sub-batch in lexicographic order, decoding
+    what it lacks. Summed: its own ``g_T[k]`` (lexicographic), then the received sums in
+    ascending order of sender; ``serial`` sums in the same orders.
+    """
+    k, seg, p = st.local, st.segments[st.local], st.placement
+    if st.spec.shuffle == "summed":
+        own = [grads[t][seg] for t in p.sub_batches if k in t]
+        return sum_in_order(own + [received[tag] for tag, _ in shuffle_receives(p, "summed", k)])
+    decoded = {}
+    for group in p.groups_of(k):
+        if st.spec.shuffle == "coded":
+            packets = {j: received[("pkt", group, j)] for j in group if j != k}
+            value = decode_value(group, k, packets, grads, st.segments)
+        else:
+            value = received[("unc", group, k)]
+        decoded[label_without(group, k)] = value
+    return sum_in_order([grads[t][seg] if k in t else decoded[t] for t in p.sub_batches])
+
+
+def update_segment(st: WorkerState, reduced: list[np.ndarray]) -> np.ndarray:
+    """Sum the clusters' reduced segments (cluster order) and apply this owner's optimizer
+    shard with ``G[k] / B``; return the updated segment."""
+    return st.optimizer.step(sum_in_order(list(reduced)), st.spec.batch_size)
+
+
+def update_replicated(st: WorkerState, grads: dict) -> None:
+    """``r = K``: the one sub-batch is the whole batch, so ``G = g_T``; step every segment's
+    shard in segment order (as ``serial`` does) and keep the new ``θ`` in the replica."""
+    (grad,) = grads.values()
+    theta = [
+        shard.step(sum_in_order([grad[seg]]), st.spec.batch_size)
+        for shard, seg in zip(st.optimizers, st.segments, strict=True)
+    ]
+    st.replica.set_theta(np.concatenate(theta))
 
 
 def _digest(values: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(values).view(np.uint8), digest_size=8).hexdigest()
 
 
-def cdc_encode(run_id: str, rank: int, step: int, group: tuple, grads: dict) -> np.ndarray:
-    """Coded shuffle: the packet ``P(S, j)`` of this worker in group ``S`` (uint32)."""
+def sent_bytes(tag: tuple, message: np.ndarray) -> dict:
+    """What a message moves: once (multicast), once per receiver (unicast)."""
+    receivers = len(tag[1]) - 1 if tag[0] == "pkt" else 1
+    return {"multicast": message.nbytes, "unicast": message.nbytes * receivers}
+
+
+# Dask tasks of the ``dask`` transport (``engine/cdc.py`` builds the graph).
+
+
+def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
+    """Map: the summed gradient ``g_T`` of every sub-batch ``T`` this worker holds, at the
+    ``θ`` assembled from the owners' segments (none at ``r = K``: the replica keeps ``θ``)."""
     t0 = time.time()
     st = _state(run_id, rank)
-    packet = encode_packet(group, st.local, grads, st.segments)
-    _record_sent(run_id, rank, step, t0, packet, receivers=len(group) - 1)
-    return packet
+    if segments:
+        st.replica.set_theta(np.concatenate(segments))
+    grads, loss, digests = map_grads(st, step)
+    record_map(run_id, st, step, t0, loss, digests)
+    return grads
 
 
-def cdc_uncoded(run_id: str, rank: int, step: int, group: tuple, receiver: int, grads: dict):
-    """Uncoded shuffle: ``v(S, k)`` sent whole by one holder (float32)."""
+def cdc_send(run_id: str, rank: int, step: int, tag: tuple, grads: dict) -> np.ndarray:
+    """The shuffle message ``tag`` (a packet, a whole value or a pre-summed part)."""
     t0 = time.time()
     st = _state(run_id, rank)
-    value = grads[label_without(group, receiver)][st.segments[receiver]].copy()
-    _record_sent(run_id, rank, step, t0, value, receivers=1)
-    return value
-
-
-def _record_sent(run_id: str, rank: int, step: int, t0: float, payload, receivers: int) -> None:
-    """The encode phase and what it will send: once (multicast), once per receiver (unicast)."""
-    _record(
+    message = payload(st, tag, grads)
+    record(
         run_id,
         step=step,
         rank=rank,
         phase="encode",
         start=t0,
         stop=time.time(),
-        multicast=payload.nbytes,
-        unicast=payload.nbytes * receivers,
+        **sent_bytes(tag, message),
     )
+    return message
 
 
 def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -> np.ndarray:
-    """Decode what this owner lacks and reduce its segment ``G[k] = Σ_T g_T[k]`` (fixed order).
-
-    ``received`` maps ``(S, sender)`` to a packet (coded) or ``S`` to ``v(S, k)`` (uncoded).
-    """
+    """Decode what this owner lacks and reduce its segment (:func:`reduce_segment`);
+    ``received`` maps each tag to its message."""
     t0 = time.time()
     st = _state(run_id, rank)
-    k, seg, p = st.local, st.segments[st.local], st.placement
-    decoded = {}
-    for group in p.groups_of(k):
-        if st.spec.shuffle == "coded":
-            packets = {j: received[(group, j)] for j in group if j != k}
-            value = decode_value(group, k, packets, grads, st.segments)
-        else:
-            value = received[group]
-        decoded[label_without(group, k)] = value
-    reduced = sum_in_order([grads[t][seg] if k in t else decoded[t] for t in p.sub_batches])
-    extra = {}
+    reduced = reduce_segment(st, grads, received)
+    extra, p = {}, st.placement
     if p.n_clusters > 1:  # the reduced segment goes to the other clusters' owners
         extra = {"multicast": reduced.nbytes, "unicast": reduced.nbytes * (p.n_clusters - 1)}
-    _record(run_id, step=step, rank=rank, phase="decode", start=t0, stop=time.time(), **extra)
+    record(run_id, step=step, rank=rank, phase="decode", start=t0, stop=time.time(), **extra)
     return reduced
 
 
 def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.ndarray:
-    """Sum the clusters' reduced segments (cluster order), apply the optimizer shard with
-    ``G[k] / B``, and return the updated segment (the next maps all-gather it)."""
+    """:func:`update_segment`, returning the updated segment (the next maps all-gather it)."""
     t0 = time.time()
     st = _state(run_id, rank)
-    segment = st.optimizer.step(sum_in_order(list(reduced)), st.spec.batch_size)
-    _record(
+    segment = update_segment(st, list(reduced))
+    record(
         run_id,
         step=step,
         rank=rank,
@@ -299,6 +402,19 @@ def cdc_reduce_update(run_id: str, rank: int, step: int, grads: dict, received: 
     """:func:`cdc_reduce` then :func:`cdc_update` in one task, when there is one cluster and
     so nothing to sum across clusters (one task fewer per worker and step)."""
     return cdc_update(run_id, rank, step, cdc_reduce(run_id, rank, step, grads, received))
+
+
+def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
+    """``r = K``: map and update all of ``θ`` on this worker; nothing moves. ``after``: the
+    previous step's future on the same worker (an ordering, no data)."""
+    t0 = time.time()
+    st = _state(run_id, rank)
+    grads, loss, digests = map_grads(st, step)
+    record_map(run_id, st, step, t0, loss, digests)
+    t1 = time.time()
+    update_replicated(st, grads)
+    record(run_id, step=step, rank=rank, phase="update", start=t1, stop=time.time(), params=0)
+    return step
 
 
 # --------------------------------------------------------------------------- parameter server

@@ -1,0 +1,408 @@
+"""CDC-SSGD with a direct data plane (``transport=direct``).
+
+Dask places the work, launches it, watches it and notices a lost worker, as for
+``transport=dask``; but a step's shuffle messages, reduced segments and updated segments go
+straight from worker process to worker process, over one Dask comm per pair of workers opened
+once per run (Dask's own comm layer: its addressing, its serialisation and, with
+``cluster.tls.*``, its TLS). A worker pushes a message as ``{"op": "dcoded_push", ...}`` on its
+connection; the receiving worker's handler drops it in the run's mailbox, where the step loop
+waits for exactly the messages it expects (with ``train.step_timeout_s``).
+
+Each worker runs the steps in one task per *chunk*: by default every step up to the next
+evaluation, checkpoint or record pull (``transport.steps_per_task=0``), or ``N`` steps a task.
+The math of a step is that of ``transport=dask`` (:mod:`dcoded.engine.tasks`), in the same order,
+so both give ``serial``'s ``param_sha256``.
+
+A worker that dies breaks its connections: its peers' sends fail (:class:`PeerLost`), the
+driver finds the worker gone, and tearing the run down wakes every loop still waiting
+(:meth:`Link.close`), so no thread is left stuck in a surviving worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+from distributed import get_worker
+from distributed.comm import connect
+from distributed.protocol import to_serialize
+
+from dcoded.checkpoint import concat_shards
+from dcoded.engine import tasks
+from dcoded.engine.driving import (
+    Clock,
+    Context,
+    StepTimeout,
+    WorkerLost,
+    after_step,
+    bookkeeping_due,
+    pinned,
+    steps_per_epoch,
+)
+from dcoded.engine.spec import RunSpec
+from dcoded.engine.tasks import task_key
+
+#: The worker handler that receives pushed messages.
+PUSH = "dcoded_push"
+CONNECT_TIMEOUT_S = 30.0
+
+
+class PeerLost(RuntimeError):
+    """A connection to a peer failed: the peer is gone, or the network dropped the link."""
+
+
+class PeerTimeout(RuntimeError):
+    """The messages a step expects did not all arrive within ``train.step_timeout_s``."""
+
+
+class Aborted(RuntimeError):
+    """The run was torn down while this worker waited for its peers."""
+
+
+class Link:
+    """One rank's connections to its peers (opened on first use, kept for the run) and its
+    mailbox. Sends run on the worker's event loop; the step loop waits in :meth:`take`."""
+
+    def __init__(self, run_id: str, rank: int, peers: list[str], worker):
+        self.run_id, self.rank, self.peers = run_id, rank, peers
+        self.connection_args = worker.connection_args
+        self.loop = worker.loop.asyncio_loop
+        self._cond = threading.Condition()
+        self._box: dict[str, np.ndarray] = {}
+        self._error: Exception | None = None
+        self._comms: dict[int, object] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._inflight: list = []
+        self.sent: dict[str, int] = defaultdict(int)  # kind -> bytes, drained each step
+
+    # ------------------------------------------------------------------ receiving
+    def deliver(self, key: str, data: np.ndarray) -> None:
+        """Called by the handler, on the event loop: file one message."""
+        with self._cond:
+            if self._error is None:
+                self._box[key] = data
+                self._cond.notify_all()
+
+    def take(self, expected: dict[str, int], timeout: float) -> dict[str, np.ndarray]:
+        """Wait for every message in ``expected`` (key -> sender rank) and hand them over."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                missing = [k for k in expected if k not in self._box]
+                if not missing:
+                    return {k: self._box.pop(k) for k in expected}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    senders = sorted({expected[k] for k in missing})
+                    raise PeerTimeout(
+                        f"rank {self.rank} waited train.step_timeout_s={timeout:g}s for "
+                        f"{len(missing)} message(s) from rank(s) {senders} (e.g. {missing[0]})"
+                    )
+                self._cond.wait(min(left, 1.0))
+
+    def fail(self, error: Exception) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ sending
+    def send(self, messages: list[tuple[int, str, str, np.ndarray]]) -> None:
+        """Push ``(rank, key, kind, array)`` messages without waiting; the sends to one peer
+        go in order on its connection, those to different peers at once."""
+        for _, _, kind, data in messages:
+            self.sent[kind] += data.nbytes
+        future = asyncio.run_coroutine_threadsafe(self._send_all(messages), self.loop)
+        future.add_done_callback(self._sent)
+        self._inflight.append(future)
+
+    def flush(self, timeout: float) -> None:
+        """Wait until every message pushed so far has left (raises what a send raised)."""
+        inflight, self._inflight = self._inflight, []
+        for future in inflight:
+            try:
+                future.result(timeout)
+            except TimeoutError:
+                raise PeerTimeout(
+                    f"rank {self.rank} could not hand its messages to the network within "
+                    f"train.step_timeout_s={timeout:g}s"
+                ) from None
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+
+    def drain_sent(self) -> dict[str, int]:
+        sent, self.sent = dict(self.sent), defaultdict(int)
+        return sent
+
+    def _sent(self, future) -> None:
+        if future.cancelled():
+            self.fail(Aborted(f"rank {self.rank}: a send was cancelled"))
+        elif future.exception() is not None:
+            self.fail(future.exception())
+
+    async def _send_all(self, messages) -> None:
+        await asyncio.gather(*(self._send(*m) for m in messages))
+
+    async def _send(self, dest: int, key: str, kind: str, data: np.ndarray) -> None:
+        lock = self._locks.setdefault(dest, asyncio.Lock())
+        async with lock:
+            address = self.peers[dest]
+            try:
+                comm = self._comms.get(dest)
+                if comm is None or comm.closed():
+                    comm = await connect(address, timeout=CONNECT_TIMEOUT_S, **self.connection_args)
+                    comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
+                    self._comms[dest] = comm
+                msg = {
+                    "op": PUSH,
+                    "reply": False,
+                    "run": self.run_id,
+                    "rank": dest,
+                    "key": key,
+                    "data": to_serialize(data),
+                }
+                await comm.write(msg, on_error="raise")
+            except (OSError, asyncio.TimeoutError) as e:
+                raise PeerLost(
+                    f"rank {dest} ({address}) was lost: rank {self.rank} could not send to it "
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'closed'})"
+                ) from None
+
+    def close(self, reason: str) -> None:
+        """Wake the step loop (it raises :class:`Aborted`) and close the connections."""
+        self.fail(Aborted(f"rank {self.rank}: {reason}"))
+        if not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(self._close_comms(), self.loop)
+
+    async def _close_comms(self) -> None:
+        comms, self._comms = list(self._comms.values()), {}
+        for comm in comms:
+            with contextlib.suppress(Exception):
+                await comm.close()
+
+
+def _on_push(run=None, rank=None, key=None, data=None) -> None:
+    """The worker handler ``dcoded_push`` (on the event loop): file the message for its
+    rank, or drop it when the run is gone from this worker."""
+    state = tasks.find_state(run, rank)
+    if state is not None and state.link is not None:
+        state.link.deliver(key, data)
+
+
+# --------------------------------------------------------------------------- on the workers
+
+
+def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state):
+    """:func:`dcoded.engine.tasks.setup`, the push handler, and this rank's :class:`Link`."""
+    out = tasks.setup(run_id, rank, spec, theta, optimizer_state)
+    worker = get_worker()
+    worker.handlers[PUSH] = _on_push
+    tasks.find_state(run_id, rank).link = Link(run_id, rank, peers, worker)
+    return out
+
+
+def _key(step: int, *parts) -> str:
+    return "/".join(map(str, (step, *parts)))
+
+
+def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
+    """Steps ``start..stop-1`` of this rank; ``after``: its previous task (an ordering)."""
+    st = tasks.find_state(run_id, rank)
+    if st is None:
+        raise tasks.ReplicaMissing(
+            f"the worker for rank {rank} holds no replica of run {run_id}: it was restarted"
+        )
+    link: Link = st.link
+    for step in range(start, stop):
+        t0 = time.time()
+        if st.spec.replicated:
+            _replicated_step(run_id, st, step)
+        else:
+            _step(run_id, st, link, step)
+        link.flush(st.spec.step_timeout_s)
+        tasks.record(
+            run_id,
+            step=step,
+            rank=rank,
+            phase="step",
+            start=t0,
+            stop=time.time(),
+            sent=link.drain_sent(),
+        )
+    return stop
+
+
+def _replicated_step(run_id: str, st: tasks.WorkerState, step: int) -> None:
+    t0 = time.time()
+    grads, loss, digests = tasks.map_grads(st, step)
+    tasks.record_map(run_id, st, step, t0, loss, digests)
+    t1 = time.time()
+    tasks.update_replicated(st, grads)
+    tasks.record(run_id, step=step, rank=st.rank, phase="update", start=t1, stop=time.time())
+
+
+def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
+    """Map, shuffle, reduce (and sum across clusters), update, all-gather: one CDC step."""
+    spec, p, rank = st.spec, st.placement, st.rank
+    c, me, timeout = st.cluster, st.local, spec.step_timeout_s
+
+    def peer(local: int) -> int:
+        return p.global_id(c, local)
+
+    def phase(name: str, start: float, **extra) -> float:
+        now = time.time()
+        tasks.record(run_id, step=step, rank=rank, phase=name, start=start, stop=now, **extra)
+        return now
+
+    t = time.time()
+    grads, loss, digests = tasks.map_grads(st, step)
+    tasks.record_map(run_id, st, step, t, loss, digests)
+
+    t = time.time()
+    out, counts = [], defaultdict(int)
+    for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me):
+        message = tasks.payload(st, tag, grads)
+        for field, n in tasks.sent_bytes(tag, message).items():
+            counts[field] += n
+        out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
+    t = phase("encode", t, **counts)
+    if out:
+        link.send(out)
+    wanted = tasks.shuffle_receives(p, spec.shuffle, me)
+    got = link.take({_key(step, *tag): peer(j) for tag, j in wanted}, timeout)
+    t = phase("shuffle", t)
+
+    received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
+    reduced = tasks.reduce_segment(st, grads, received)
+    parts = [reduced]
+    if p.n_clusters > 1:  # the owners of this segment index in the other clusters
+        others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
+        t = phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
+        link.send([(k, _key(step, "red", c), "red", reduced) for k in others])
+        got = link.take({_key(step, "red", o): k for k, o in others.items()}, timeout)
+        parts = [reduced if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
+        t = phase("shuffle", t)
+    else:
+        t = phase("decode", t)
+
+    segment = tasks.update_segment(st, parts)
+    t = phase("update", t, params=segment.nbytes * (p.g - 1))
+
+    link.send([(peer(i), _key(step, "seg", me), "seg", segment) for i in range(p.g) if i != me])
+    got = link.take({_key(step, "seg", i): peer(i) for i in range(p.g) if i != me}, timeout)
+    segments = [segment if i == me else got[_key(step, "seg", i)] for i in range(p.g)]
+    st.replica.set_theta(np.concatenate(segments))
+    phase("params", t)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def chunk_end(ctx: Context, start: int) -> int:
+    """The step after the last one of the task that starts at ``start``: the next step with
+    bookkeeping (evaluation, checkpoint, record pull, the last), or ``steps_per_task``."""
+    spec = ctx.spec
+    most = spec.steps_per_task or spec.steps
+    step = start
+    while step + 1 < spec.steps and step + 1 - start < most and not bookkeeping_due(ctx, step):
+        step += 1
+    return step + 1
+
+
+def train_direct(ctx: Context) -> np.ndarray:
+    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` over direct connections;
+    return the final ``θ`` (from rank 0)."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    run, p = spec.run_id, spec.placement
+    theta0 = ctx.resume.theta if ctx.resume else None
+    opt0 = ctx.resume.optimizer if ctx.resume else None
+    last = [
+        client.submit(
+            setup,
+            run,
+            k,
+            spec,
+            list(workers),
+            theta0,
+            opt0,
+            key=task_key(run, "setup", ctx.start_step - 1, k),
+            **pinned(workers[k]),
+        )
+        for k in range(spec.n_workers)
+    ]
+    ctx.wait_all(last, "worker setup")
+    ctx.pull("setup")  # setup's records are not training
+
+    def theta() -> np.ndarray:
+        current = client.submit(tasks.current_theta, run, 0, last[0], **pinned(workers[0]))
+        return ctx.gather(current, "gathering θ")
+
+    def snapshot() -> tuple[np.ndarray, dict]:
+        states = [
+            client.submit(tasks.shard_state, run, k, last[k], **pinned(workers[k]))
+            for k in range(p.g)
+        ]
+        return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
+
+    def submit(start: int, stop: int, after: list) -> list:
+        return [
+            client.submit(
+                run_steps,
+                run,
+                k,
+                start,
+                stop,
+                after[k],
+                key=task_key(run, "steps", start, k),
+                **pinned(workers[k]),
+            )
+            for k in range(spec.n_workers)
+        ]
+
+    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    clock = Clock()
+    ahead, done_at, step = None, 0.0, ctx.start_step
+    while step < spec.steps:
+        stop = chunk_end(ctx, step)
+        t0 = clock.now() if ahead is None else done_at
+        current = ahead or submit(step, stop, last)
+        ahead = None
+        if spec.pipeline and stop < spec.steps and not bookkeeping_due(ctx, stop - 1):
+            # the next task waits on this one on each worker: no driver round trip between
+            ahead = submit(stop, chunk_end(ctx, stop), current)
+        what = f"step {step}" if stop - step == 1 else f"steps {step}..{stop - 1}"
+        wait_direct(ctx, current, what, spec.step_timeout_s * (stop - step))
+        done_at = clock.now()
+        last = current
+        if stop - step == 1:
+            ctx.log.driver_step(step, epoch=step // per_epoch, wall_s=done_at, step_s=done_at - t0)
+        else:
+            with clock.paused():
+                ctx.pull(f"after step {stop - 1}")
+            ctx.log.chunk_rows(range(step, stop), t0, done_at, per_epoch)
+        for s in range(step, stop):
+            after_step(ctx, s, clock, theta, snapshot)
+        step = stop
+    return theta()
+
+
+def wait_direct(ctx: Context, futures: list, what: str, timeout: float) -> None:
+    """:meth:`Context.wait_all`, with the workers' own failures told as the driver's: a lost
+    peer is :class:`WorkerLost` (naming the dead worker when the scheduler knows it), a peer
+    that never sent is :class:`StepTimeout`."""
+    try:
+        ctx.wait_all(futures, what, timeout=timeout)
+    except (PeerLost, Aborted) as e:
+        ctx.check_cluster(what)
+        raise WorkerLost(f"{what}: {e}") from None
+    except PeerTimeout as e:
+        ctx.check_cluster(what)
+        raise StepTimeout(f"{what}: {e}") from None
