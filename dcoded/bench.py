@@ -25,60 +25,108 @@ COLUMNS = [
     "algorithm",
     "r",
     "shuffle",
+    "transport",
     "steps",
     "step_ms",
     "vs_ssgd",
     "vs_ddp",
+    "comm_bound_ms",
     "map_ms",
     "encode_ms",
     "shuffle_ms",
+    "shuffle_bound_ms",
+    "shuffle_x",
     "decode_ms",
     "update_ms",
     "params_ms",
+    "params_bound_ms",
+    "params_x",
     "multicast",
     "theory_multicast",
     "unicast",
     "theory_unicast",
     "params",
     "dask",
+    "moved",
     "wire",
     "test_accuracy",
 ]
 
 
-def plan(n_workers: int, redundancies: list[int] | None) -> list[list[str]]:
-    """The runs for one model: the baselines, then cdc at every useful ``r``."""
+def plan(
+    n_workers: int, redundancies: list[int] | None, transports=("direct",), shuffles=None
+) -> list[list[str]]:
+    """The runs for one model: the baselines, then cdc at every useful ``r``, shuffle and
+    transport (at ``r = 1`` every shuffle sends the same values; at ``r = K`` none sends)."""
     runs = [["algorithm=ssgd"], ["algorithm=asgd"], ["algorithm=ddp"]]
-    for r in redundancies or range(1, n_workers + 1):
-        runs.append(["algorithm=cdc", f"coding.redundancy={r}", "coding.shuffle=coded"])
-        if 1 < r < n_workers:  # at r=1 packets are uncoded anyway; at r=K nothing is shuffled
-            runs.append(["algorithm=cdc", f"coding.redundancy={r}", "coding.shuffle=uncoded"])
+    for transport in transports:
+        for r in redundancies or range(1, n_workers + 1):
+            kinds = shuffles or (
+                ("coded", "uncoded", "summed") if 1 < r < n_workers else ("coded",)
+            )
+            for shuffle in kinds:
+                runs.append(
+                    [
+                        "algorithm=cdc",
+                        f"coding.redundancy={r}",
+                        f"coding.shuffle={shuffle}",
+                        f"transport={transport}",
+                    ]
+                )
     return runs
 
 
-def row(summary: dict) -> dict:
+def switch_bounds(summary: dict, rate_mbit: float) -> dict[str, float | None]:
+    """Seconds per step that the closed-form bytes need on a switch of ``rate_mbit`` links
+    (each host's own full-duplex link; the busiest host's egress or ingress sets the time):
+    the gradient exchange, the parameter distribution and their sum. A parameter server's
+    traffic all crosses the server's one link (``K`` times a worker's); DDP's ring moves
+    ``2(K-1)/K · d`` through every link."""
+    b, K = summary["bytes_per_worker"], summary["n_workers"]
+    rate = rate_mbit * 1e6 / 8  # bytes per second
+    exchange, params = b["theory_unicast"], b["theory_params"]
+    if summary["algorithm"] in ("ssgd", "asgd"):
+        exchange, params = K * exchange, K * params
+    shuffle_s, params_s = exchange / rate, params / rate
+    return {"shuffle": shuffle_s, "params": params_s, "comm": shuffle_s + params_s}
+
+
+def row(summary: dict, rate_mbit: float | None = None) -> dict:
+    """One bench row from a run's summary; with ``rate_mbit`` (the emulated links), each
+    exchange phase beside its bound on a switch and their ratio (``*_x``)."""
     t, b = summary["time_s"], summary["bytes_per_worker"]
 
     def ms(x):
         return None if x is None else round(1e3 * x, 2)
+
+    bounds = switch_bounds(summary, rate_mbit) if rate_mbit else {}
+
+    def ratio(phase):
+        bound, took = bounds.get(phase), t.get(phase)
+        return round(took / bound, 3) if bound and took else None
 
     return {
         "model": summary["model"],
         "algorithm": summary["algorithm"],
         "r": summary["redundancy"],
         "shuffle": summary["shuffle"],
+        "transport": summary.get("transport"),
         "steps": summary["steps"],
         "step_ms": ms(t["step_median"]),
         **{
             f"{p}_ms": ms(t.get(p))
             for p in ("map", "encode", "shuffle", "decode", "update", "params")
         },
+        **{f"{p}_bound_ms": ms(v) for p, v in bounds.items()},
+        "shuffle_x": ratio("shuffle"),
+        "params_x": ratio("params"),
         "multicast": b["multicast"],
         "theory_multicast": b["theory_multicast"],
         "unicast": b["unicast"],
         "theory_unicast": b["theory_unicast"],
         "params": b["params"],
         "dask": b["dask_transfer"],
+        "moved": b.get("transport"),
         "wire": b["wire"],
         "test_accuracy": summary["final"]["test_accuracy"],
     }
@@ -115,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mbit", type=float, default=100.0)
     parser.add_argument("--models", default="dnn,cnn")
     parser.add_argument("--redundancies", default=None, help="e.g. 1,2 (default: 1..K)")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--transports", default="dask,direct", help="cdc's transports")
+    parser.add_argument("--shuffles", default=None, help="e.g. coded,summed (default: all)")
+    parser.add_argument("--baselines", default="ssgd,asgd,ddp", help="'' for none")
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=240)
     parser.add_argument("--samples", type=int, default=4096, help="synthetic training samples")
     parser.add_argument("--out", default="bench")
@@ -151,7 +202,15 @@ def main(argv: list[str] | None = None) -> int:
                 netem.network(args.workers, args.bandwidth_mbit, None, out / "netem")
             )
         for model in args.models.split(","):
-            for extra in plan(args.workers, redundancies):
+            runs = plan(
+                args.workers,
+                redundancies,
+                args.transports.split(","),
+                args.shuffles.split(",") if args.shuffles else None,
+            )
+            keep = set(filter(None, args.baselines.split(",")))
+            runs = [e for e in runs if e[0] == "algorithm=cdc" or e[0].split("=")[1] in keep]
+            for extra in runs:
                 name = "-".join([model, *(e.split("=")[1] for e in extra)])
                 cfg = compose_config([*common, f"model={model}", *extra])
                 t = time.monotonic()
@@ -163,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 else:
                     summary = run(cfg, out_dir=out / name)
-                rows.append(row(summary))
+                rows.append(row(summary, args.bandwidth_mbit if net is not None else None))
                 print(
                     f"{name}: {rows[-1]['step_ms']} ms/step ({time.monotonic() - t:.0f} s)",
                     file=sys.stderr,

@@ -39,9 +39,23 @@ def _run(tmp, name, *overrides):
         ["algorithm=cdc"],
         ["algorithm=cdc", "coding.shuffle=uncoded", "cluster.n_workers=4", "coding.group_size=2"],
         ["algorithm=cdc", "optimizer=adam", "train.lr=0.01"],
+        ["algorithm=cdc", "transport=dask", "optimizer=adam", "train.lr=0.01"],
+        ["algorithm=cdc", "coding.shuffle=summed", "transport.steps_per_task=3"],
+        ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "optimizer=adam"],
+        ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "transport=dask"],
         ["algorithm=ssgd"],
     ],
-    ids=["serial", "cdc", "cdc-hierarchical-uncoded", "cdc-adam", "ssgd"],
+    ids=[
+        "serial",
+        "cdc",
+        "cdc-hierarchical-uncoded",
+        "cdc-adam",
+        "cdc-dask-adam",
+        "cdc-summed-chunks",
+        "cdc-replicated-adam",
+        "cdc-replicated-dask",
+        "ssgd",
+    ],
 )
 def test_stop_at_10_and_resume_to_20_is_bit_exact(tmp_path, overrides):
     whole = _run(tmp_path, "whole", *overrides, "train.steps=20")
@@ -171,9 +185,12 @@ def _worker_processes(driver_pid: int) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path):
+@pytest.mark.parametrize("transport", ["direct", "dask"])
+def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path, transport):
     run_dir = tmp_path / "run"
-    proc = _start(["train.steps=100000", "train.checkpoint_every=5"], run_dir)
+    proc = _start(
+        ["train.steps=100000", "train.checkpoint_every=5", f"transport={transport}"], run_dir
+    )
     _wait_for(run_dir / "checkpoint.npz", proc)
     workers = _worker_processes(proc.pid)
     assert len(workers) == 4
@@ -196,6 +213,7 @@ def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path
             "cluster.n_workers=3",
             f"train.steps={step + 5}",
             f"train.resume={run_dir}",
+            f"transport={transport}",
             f"hydra.run.dir={tmp_path / 'b'}",
         ],
         cwd=ROOT,
@@ -221,42 +239,37 @@ def test_killed_worker_asgd_goes_on_with_the_rest(tmp_path):
     assert summary["final"]["test_accuracy"] > 0.8
 
 
-@pytest.mark.slow
-def test_lost_scheduler_stops_the_run(tmp_path):
-    port = 8786 + os.getpid() % 1000
+def _hand_started_cluster(n_workers: int):
+    """A scheduler and ``n_workers`` single-threaded workers as a user starts them."""
+    from dcoded.engine.ddp import free_port
+
+    port = free_port("127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
     bin_dir = Path(sys.executable).parent
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     scheduler = subprocess.Popen(
         [
             str(bin_dir / "dask"),
             "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            "--host=127.0.0.1",
+            f"--port={port}",
             "--no-dashboard",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        **quiet,
     )
+    worker = [str(bin_dir / "dask"), "worker", address, "--nthreads", "1", "--no-dashboard"]
     workers = [
         subprocess.Popen(
-            [
-                str(bin_dir / "dask"),
-                "worker",
-                address,
-                "--nthreads",
-                "1",
-                "--no-dashboard",
-                "--host",
-                "127.0.0.1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            [*worker, "--host", "127.0.0.1"], env={**os.environ, "OMP_NUM_THREADS": "1"}, **quiet
         )
-        for _ in range(3)
+        for _ in range(n_workers)
     ]
+    return address, scheduler, workers
+
+
+@pytest.mark.slow
+def test_lost_scheduler_stops_the_run(tmp_path):
+    address, scheduler, workers = _hand_started_cluster(3)
     try:
         run_dir = tmp_path / "run"
         proc = _start(
@@ -375,3 +388,46 @@ def test_a_scheduler_lost_while_collecting_records_is_a_clean_error():
     ctx = Context(spec=None, client=SchedulerGone(), workers=[], log=log, reference=None)
     with pytest.raises(WorkerLost, match="after step 9: lost the scheduler while collecting"):
         ctx.pull("after step 9")
+
+
+@pytest.mark.slow
+def test_direct_peer_killed_leaves_the_survivors_idle(tmp_path):
+    """A worker killed mid-step on the user's own cluster: the run ends in one line, and the
+    workers that survive are not left with a thread waiting for the dead peer's messages."""
+    from distributed import Client
+
+    address, scheduler, workers = _hand_started_cluster(3)
+    try:
+        run_dir = tmp_path / "run"
+        proc = _start(
+            [
+                "cluster=address",
+                f"cluster.address={address}",
+                "cluster.n_workers=3",
+                "cluster.connect_timeout_s=60",
+                "transport=direct",
+                "train.steps=100000",
+                "train.checkpoint_every=5",
+            ],
+            run_dir,
+        )
+        _wait_for(run_dir / "checkpoint.npz", proc, timeout=180)
+        t = time.monotonic()
+        workers[1].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, err[-3000:]
+        assert time.monotonic() - t < 60
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "lost" in last and "train.resume=" in last
+        with Client(address, timeout="20s") as client:
+            deadline = time.monotonic() + 20
+            while True:
+                busy = client.run(lambda dask_worker: dask_worker.state.executing_count)
+                if not any(busy.values()) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert len(busy) == 2 and not any(busy.values()), busy
+    finally:
+        for p in [scheduler, *workers]:
+            p.kill()
+            p.wait()

@@ -114,10 +114,11 @@ def train_cdc(ctx: Context) -> np.ndarray:
 
     per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     clock = Clock()
-    ahead, done_at = None, 0.0
+    ahead, done_at = None, clock.now()
     for step in range(ctx.start_step, spec.steps):
-        # a step submitted ahead has been running since the previous one ended
-        t0 = clock.now() if ahead is None else done_at
+        # a step submitted ahead has been running since the previous one ended; the clock
+        # stood still during bookkeeping, so what the driver did since counts here
+        t0 = done_at
         current = ahead or submit_step(client, spec, workers, step, segments)
         ahead = None
         if spec.pipeline and step + 1 < spec.steps and not bookkeeping_due(ctx, step):

@@ -48,7 +48,11 @@ from dcoded.engine.tasks import task_key
 
 #: The worker handler that receives pushed messages.
 PUSH = "dcoded_push"
-CONNECT_TIMEOUT_S = 30.0
+#: How long the first connection to a peer may take (Dask retries a refused one until then).
+CONNECT_TIMEOUT_S = 10.0
+
+#: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
+_LINKS: dict[tuple[str, int], Link] = {}
 
 
 class PeerLost(RuntimeError):
@@ -68,8 +72,11 @@ class Link:
     mailbox. Sends run on the worker's event loop; the step loop waits in :meth:`take`."""
 
     def __init__(self, run_id: str, rank: int, peers: list[str], worker):
+        """Open the mailbox of ``rank`` on ``worker`` (registering the handler there); the
+        connections open on first use. ``peers``: every rank's worker address."""
         self.run_id, self.rank, self.peers = run_id, rank, peers
         self.connection_args = worker.connection_args
+        self.connect_timeout = CONNECT_TIMEOUT_S
         self.loop = worker.loop.asyncio_loop
         self._cond = threading.Condition()
         self._box: dict[str, np.ndarray] = {}
@@ -78,6 +85,8 @@ class Link:
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: list = []
         self.sent: dict[str, int] = defaultdict(int)  # kind -> bytes, drained each step
+        worker.handlers[PUSH] = _on_push
+        _LINKS[(run_id, rank)] = self
 
     # ------------------------------------------------------------------ receiving
     def deliver(self, key: str, data: np.ndarray) -> None:
@@ -156,8 +165,12 @@ class Link:
             address = self.peers[dest]
             try:
                 comm = self._comms.get(dest)
-                if comm is None or comm.closed():
-                    comm = await connect(address, timeout=CONNECT_TIMEOUT_S, **self.connection_args)
+                if comm is not None and comm.closed():  # it was open: the peer went away
+                    raise OSError("its connection closed")
+                if comm is None:
+                    comm = await connect(
+                        address, timeout=self.connect_timeout, **self.connection_args
+                    )
                     comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
                     self._comms[dest] = comm
                 msg = {
@@ -177,6 +190,7 @@ class Link:
 
     def close(self, reason: str) -> None:
         """Wake the step loop (it raises :class:`Aborted`) and close the connections."""
+        _LINKS.pop((self.run_id, self.rank), None)
         self.fail(Aborted(f"rank {self.rank}: {reason}"))
         if not self.loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -192,9 +206,9 @@ class Link:
 def _on_push(run=None, rank=None, key=None, data=None) -> None:
     """The worker handler ``dcoded_push`` (on the event loop): file the message for its
     rank, or drop it when the run is gone from this worker."""
-    state = tasks.find_state(run, rank)
-    if state is not None and state.link is not None:
-        state.link.deliver(key, data)
+    link = _LINKS.get((run, rank))
+    if link is not None:
+        link.deliver(key, data)
 
 
 # --------------------------------------------------------------------------- on the workers
@@ -203,9 +217,7 @@ def _on_push(run=None, rank=None, key=None, data=None) -> None:
 def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state):
     """:func:`dcoded.engine.tasks.setup`, the push handler, and this rank's :class:`Link`."""
     out = tasks.setup(run_id, rank, spec, theta, optimizer_state)
-    worker = get_worker()
-    worker.handlers[PUSH] = _on_push
-    tasks.find_state(run_id, rank).link = Link(run_id, rank, peers, worker)
+    tasks.find_state(run_id, rank).link = Link(run_id, rank, peers, get_worker())
     return out
 
 
@@ -262,6 +274,16 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         tasks.record(run_id, step=step, rank=rank, phase=name, start=start, stop=now, **extra)
         return now
 
+    def exchange(name: str, part: str, messages, expected) -> dict:
+        """Send, then wait for what this rank expects; record when it began to send and
+        when it had everything (the driver times the exchange across ranks)."""
+        start = time.time()
+        if messages:
+            link.send(messages)
+        got = link.take(expected, timeout)
+        phase(name, start, exchange=part)
+        return got
+
     t = time.time()
     grads, loss, digests = tasks.map_grads(st, step)
     tasks.record_map(run_id, st, step, t, loss, digests)
@@ -273,34 +295,41 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         for field, n in tasks.sent_bytes(tag, message).items():
             counts[field] += n
         out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
-    t = phase("encode", t, **counts)
-    if out:
-        link.send(out)
+    phase("encode", t, **counts)
     wanted = tasks.shuffle_receives(p, spec.shuffle, me)
-    got = link.take({_key(step, *tag): peer(j) for tag, j in wanted}, timeout)
-    t = phase("shuffle", t)
+    got = exchange("shuffle", "inner", out, {_key(step, *tag): peer(j) for tag, j in wanted})
 
+    t = time.time()
     received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
     reduced = tasks.reduce_segment(st, grads, received)
     parts = [reduced]
     if p.n_clusters > 1:  # the owners of this segment index in the other clusters
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
-        t = phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
-        link.send([(k, _key(step, "red", c), "red", reduced) for k in others])
-        got = link.take({_key(step, "red", o): k for k, o in others.items()}, timeout)
+        phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
+        got = exchange(
+            "shuffle",
+            "red",
+            [(k, _key(step, "red", c), "red", reduced) for k in others],
+            {_key(step, "red", o): k for k, o in others.items()},
+        )
         parts = [reduced if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
-        t = phase("shuffle", t)
     else:
-        t = phase("decode", t)
+        phase("decode", t)
 
+    t = time.time()
     segment = tasks.update_segment(st, parts)
-    t = phase("update", t, params=segment.nbytes * (p.g - 1))
+    phase("update", t, params=segment.nbytes * (p.g - 1))
 
-    link.send([(peer(i), _key(step, "seg", me), "seg", segment) for i in range(p.g) if i != me])
-    got = link.take({_key(step, "seg", i): peer(i) for i in range(p.g) if i != me}, timeout)
+    got = exchange(
+        "params",
+        "seg",
+        [(peer(i), _key(step, "seg", me), "seg", segment) for i in range(p.g) if i != me],
+        {_key(step, "seg", i): peer(i) for i in range(p.g) if i != me},
+    )
     segments = [segment if i == me else got[_key(step, "seg", i)] for i in range(p.g)]
+    t = time.time()
     st.replica.set_theta(np.concatenate(segments))
-    phase("params", t)
+    phase("update", t)  # installing θ for the next map
 
 
 # --------------------------------------------------------------------------- the driver
@@ -369,10 +398,11 @@ def train_direct(ctx: Context) -> np.ndarray:
 
     per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
     clock = Clock()
-    ahead, done_at, step = None, 0.0, ctx.start_step
+    ahead, done_at, step = None, clock.now(), ctx.start_step
     while step < spec.steps:
         stop = chunk_end(ctx, step)
-        t0 = clock.now() if ahead is None else done_at
+        # the clock stood still during bookkeeping: what the driver did since counts here
+        t0 = done_at
         current = ahead or submit(step, stop, last)
         ahead = None
         if spec.pipeline and stop < spec.steps and not bookkeeping_due(ctx, stop - 1):

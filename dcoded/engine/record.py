@@ -2,9 +2,14 @@
 workers' task records and the workers' Dask transfer logs.
 
 Per step, a phase time is the largest total any worker spent in it (the step waits for the
-slowest); ``shuffle`` and ``params`` are the wall time of the exchange itself, from the first
-transfer of the step's packets (segments) to start to the last one to end, as the receiving
-workers logged them. Bytes per worker are the step's totals divided by ``K``.
+slowest); ``shuffle`` and ``params`` are the wall time of the exchange itself. On the ``dask``
+transport that is from the first transfer of the step's packets (segments) to start to the last
+one to end, as the receiving workers logged them. On the ``direct`` transport it is from the
+moment the last worker began to send to the moment the last worker had received everything
+(each exchange of a step: the shuffle, then the cross-cluster sum), so a slower map or update
+elsewhere is not counted as network time; the workers' clocks are compared, which is exact on
+one machine (``cluster=netem``) and as good as their clock sync elsewhere. Bytes per worker are
+the step's totals divided by ``K``.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class TrainingLog:
         self._bytes = defaultdict(float)  # (step, field) -> bytes, all workers
         self._loss = defaultdict(float)
         self._windows = defaultdict(lambda: [float("inf"), float("-inf")])  # (step, phase)
+        # direct transport: (step, phase, part) -> [latest start, latest stop] over ranks
+        self._exchanges = defaultdict(lambda: [float("-inf"), float("-inf")])
         self.events: list[str] = []
         self._stops: dict[int, float] = {}  # step -> when its last task record ended
         self._starts: dict[int, float] = {}  # step -> when its first task record started
@@ -154,7 +161,11 @@ class TrainingLog:
 
     def _add_record(self, rec: dict) -> None:
         step = rec["step"]
-        self.add_phase(step, rec["phase"], rec["rank"], rec["stop"] - rec["start"])
+        if "exchange" in rec:  # a direct exchange: timed across ranks, see history()
+            w = self._exchanges[(step, rec["phase"], rec["exchange"])]
+            w[0], w[1] = max(w[0], rec["start"]), max(w[1], rec["stop"])
+        else:
+            self.add_phase(step, rec["phase"], rec["rank"], rec["stop"] - rec["start"])
         self._stops[step] = max(self._stops.get(step, 0.0), rec["stop"])
         self._starts[step] = min(self._starts.get(step, rec["start"]), rec["start"])
         if "allreduced" in rec:
@@ -217,7 +228,12 @@ class TrainingLog:
                     continue
                 per_rank = self._phase.get((step, phase))
                 window = self._windows.get((step, phase))
-                if per_rank:
+                exchanges = [
+                    w for (s, p, _), w in self._exchanges.items() if (s, p) == (step, phase)
+                ]
+                if exchanges:
+                    row[key] = sum(stop - start for start, stop in exchanges)
+                elif per_rank:
                     row[key] = max(per_rank.values())
                 elif window:
                     row[key] = window[1] - window[0]

@@ -1,0 +1,154 @@
+"""The direct transport's links on their own: messages arrive bit for bit over Dask comms (TLS
+included), a missing message times out naming its sender, tearing a run down wakes a waiting
+step at once, and a dead peer is a clear error."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, get_worker
+from distributed.security import Security
+
+from dcoded.engine.direct import Aborted, Link, PeerLost, PeerTimeout
+
+RUN = "dctestlink"
+
+
+def _open(rank: int, peers: list[str]) -> str:
+    Link(RUN, rank, peers, get_worker())
+    return get_worker().address
+
+
+def _exchange(rank: int, peers: list[str], n: int, timeout: float) -> dict:
+    """Send ``n`` values to every other rank, then take what they sent this rank."""
+    from dcoded.engine.direct import _LINKS
+
+    link = _LINKS[(RUN, rank)]
+    values = np.arange(n, dtype=np.float32) + rank
+    values[0] = np.float32("-0.0") if rank == 0 else np.float32("nan")
+    link.send([(j, f"0/x/{rank}", "x", values) for j in range(len(peers)) if j != rank])
+    got = link.take({f"0/x/{j}": j for j in range(len(peers)) if j != rank}, timeout)
+    link.flush(timeout)
+    kinds = {type(c).__name__ for c in link._comms.values()}
+    return {"got": got, "kinds": kinds, "sent": link.drain_sent()}
+
+
+def _close(rank: int) -> None:
+    from dcoded.engine.direct import _LINKS
+
+    _LINKS[(RUN, rank)].close("test over")
+
+
+@pytest.fixture(params=["tcp", "tls"])
+def cluster(request):
+    kwargs = {"protocol": "tcp://"}
+    if request.param == "tls":
+        kwargs = {"protocol": "tls://", "security": Security.temporary()}
+    with (
+        LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=False,
+            host="127.0.0.1",
+            dashboard_address=None,
+            **kwargs,
+        ) as c,
+        Client(c, security=kwargs.get("security")) as client,
+    ):
+        yield request.param, client
+
+
+def test_messages_arrive_bit_for_bit_over_the_workers_comms(cluster):
+    protocol, client = cluster
+    peers = sorted(client.scheduler_info()["workers"])
+    assert all(p.startswith(f"{protocol}://") for p in peers)
+    for rank, address in enumerate(peers):
+        assert client.submit(_open, rank, peers, workers=[address]).result() == address
+    futures = [
+        client.submit(_exchange, rank, peers, 1000, 30, workers=[a], pure=False)
+        for rank, a in enumerate(peers)
+    ]
+    results = client.gather(futures)
+    for rank, out in enumerate(results):
+        for j in range(3):
+            if j == rank:
+                continue
+            expected = np.arange(1000, dtype=np.float32) + j
+            expected[0] = np.float32("-0.0") if j == 0 else np.float32("nan")
+            got = out["got"][f"0/x/{j}"]
+            assert got.tobytes() == expected.tobytes()
+        # one connection per peer, of the cluster's own kind (TLS where the cluster is TLS)
+        assert out["kinds"] == {"TLS" if protocol == "tls" else "TCP"}
+        assert out["sent"] == {"x": 2 * 1000 * 4}
+    for rank, address in enumerate(peers):
+        client.submit(_close, rank, workers=[address]).result()
+
+
+def test_a_missing_message_times_out_naming_its_sender():
+    link = _bare_link()
+    t = time.monotonic()
+    with pytest.raises(PeerTimeout, match=r"rank 0 waited .* from rank\(s\) \[2\]"):
+        link.take({"3/seg/2": 2}, timeout=0.3)
+    assert time.monotonic() - t < 2
+
+
+def test_closing_wakes_a_waiting_step_at_once():
+    link = _bare_link()
+    errors = []
+
+    def wait():
+        try:
+            link.take({"0/pkt/1": 1}, timeout=60)
+        except Aborted as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.2)
+    t = time.monotonic()
+    link.close("the run was torn down")
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - t < 2
+    assert errors and "torn down" in str(errors[0])
+
+
+def test_a_dead_peer_is_peer_lost():
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        link = _bare_link(loop, peers=["tcp://127.0.0.1:9", "tcp://127.0.0.1:1"])
+        link.connect_timeout = 1.0
+        t = time.monotonic()
+        link.send([(1, "0/seg/0", "seg", np.zeros(4, np.float32))])
+        with pytest.raises(PeerLost, match=r"rank 1 \(tcp://127.0.0.1:1\) was lost"):
+            link.take({"0/seg/1": 1}, timeout=30)
+        assert time.monotonic() - t < 10
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(5)
+        loop.close()
+
+
+def _bare_link(loop=None, peers=None) -> Link:
+    """A link on a stand-in worker (no Dask worker needed for the mailbox itself)."""
+
+    class Loop:
+        asyncio_loop = loop
+
+    class Worker:
+        connection_args: dict = {}  # noqa: RUF012
+        handlers: dict = {}  # noqa: RUF012
+
+    Worker.loop = Loop()
+    if loop is None:
+        import asyncio
+
+        Loop.asyncio_loop = asyncio.new_event_loop()
+        Loop.asyncio_loop.close()
+    return Link(RUN + "bare", 0, peers or ["a", "b", "c"], Worker())
