@@ -149,6 +149,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         pipeline=bool(train.get("pipeline", True)),
         transport=transport,
         steps_per_task=steps_per_task,
+        overlap=bool(transport_cfg.get("overlap", True)),
     )
     try:
         placement = spec.placement

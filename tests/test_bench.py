@@ -15,7 +15,15 @@ def test_plan_covers_baselines_and_every_useful_redundancy():
     assert runs[:3] == [["algorithm=ssgd"], ["algorithm=asgd"], ["algorithm=ddp"]]
     coded = [r for r in runs if "coding.shuffle=coded" in r]
     uncoded = [r for r in runs if "coding.shuffle=uncoded" in r]
-    assert len(coded) == 4 and len(uncoded) == 2  # uncoded differs only for 1 < r < K
+    summed = [r for r in runs if "coding.shuffle=summed" in r]
+    # uncoded and summed differ from coded only for 1 < r < K
+    assert len(coded) == 4 and len(uncoded) == 2 and len(summed) == 2
+    assert all("transport=direct" in r for r in runs[3:])
+    both = bench.plan(4, [2], ("dask", "direct"), ("summed",))
+    assert both[3:] == [
+        ["algorithm=cdc", "coding.redundancy=2", "coding.shuffle=summed", f"transport={t}"]
+        for t in ("dask", "direct")
+    ]
 
 
 def test_ratios_are_to_the_baselines_of_the_same_model():
@@ -49,6 +57,8 @@ def test_bench_on_a_local_cluster_writes_table_and_csv(tmp_path):
             "32",
             "--samples",
             "256",
+            "--transports",
+            "dask,direct",
             "--out",
             str(tmp_path),
         ]
@@ -56,7 +66,8 @@ def test_bench_on_a_local_cluster_writes_table_and_csv(tmp_path):
     assert code == 0
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["algorithm"] for r in rows] == ["ssgd", "asgd", "ddp", "cdc", "cdc"]
+    assert [r["algorithm"] for r in rows] == ["ssgd", "asgd", "ddp"] + ["cdc"] * 4
+    assert [r["transport"] for r in rows[3:]] == ["dask", "dask", "direct", "direct"]
     assert all(r["step_ms"] for r in rows)
     assert float(rows[0]["vs_ssgd"]) == 1.0 and float(rows[2]["vs_ddp"]) == 1.0
-    assert "| dnn | cdc | 2 | coded |" in (tmp_path / "results.md").read_text()
+    assert "| dnn | cdc | 2 | coded | direct |" in (tmp_path / "results.md").read_text()

@@ -14,7 +14,7 @@ COLUMNS = [
     ("coded_uc", "coded uc", "{:.4f}"),
     ("uncoded_mc", "uncoded mc", "{:.4f}"),
     ("uncoded_uc", "uncoded uc", "{:.4f}"),
-    ("reduce_scatter", "summed RS", "{:.4f}"),
+    ("reduce_scatter", "summed", "{:.4f}"),
     ("allgather_uc", "all-gather uc", "{:.4f}"),
     ("ring_allreduce", "ring AR", "{:.4f}"),
     ("param_server_up", "PS up", "{:.4f}"),

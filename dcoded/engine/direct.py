@@ -284,20 +284,39 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         phase(name, start, exchange=part)
         return got
 
-    t = time.time()
-    grads, loss, digests = tasks.map_grads(st, step)
-    tasks.record_map(run_id, st, step, t, loss, digests)
+    # each message leaves as soon as the sub-batches it needs are computed (with
+    # transport.overlap), so the network works while the map goes on
+    unsent = {
+        tag: (receivers, tasks.message_needs(p, tag))
+        for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me)
+    }
+    counts, encoding = defaultdict(int), [0.0]
+
+    def send_ready(grads: dict) -> None:
+        ready = [tag for tag, (_, needs) in unsent.items() if needs <= grads.keys()]
+        t = time.time()
+        out = []
+        for tag in ready:
+            receivers, _ = unsent.pop(tag)
+            message = tasks.payload(st, tag, grads)
+            for field, n in tasks.sent_bytes(tag, message).items():
+                counts[field] += n
+            out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
+        encoding[0] += time.time() - t
+        if out:
+            link.send(out)
 
     t = time.time()
-    out, counts = [], defaultdict(int)
-    for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me):
-        message = tasks.payload(st, tag, grads)
-        for field, n in tasks.sent_bytes(tag, message).items():
-            counts[field] += n
-        out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
-    phase("encode", t, **counts)
+    grads, loss, digests = tasks.map_grads(st, step, on_grad=send_ready if spec.overlap else None)
+    if not spec.overlap:
+        send_ready(grads)
+    now = time.time()
+    tasks.record_map(run_id, st, step, t, loss, digests, stop=now - encoding[0])
+    tasks.record(
+        run_id, step=step, rank=rank, phase="encode", start=now - encoding[0], stop=now, **counts
+    )
     wanted = tasks.shuffle_receives(p, spec.shuffle, me)
-    got = exchange("shuffle", "inner", out, {_key(step, *tag): peer(j) for tag, j in wanted})
+    got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
 
     t = time.time()
     received = {tag: got[_key(step, *tag)] for tag, _ in wanted}

@@ -41,6 +41,7 @@ class RunSpec:
     pipeline: bool = True
     transport: str = "dask"
     steps_per_task: int = 0
+    overlap: bool = True
     extra: Mapping = field(default_factory=dict)
 
     @property

@@ -243,10 +243,22 @@ def shuffle_receives(p: Placement, shuffle: str, local: int) -> list[tuple[tuple
     return [(("unc", group, local), uncoded_sender(group, local)) for group in p.groups_of(local)]
 
 
-def map_grads(st: WorkerState, step: int) -> tuple[dict, float, dict]:
+def message_needs(p: Placement, tag: tuple) -> set:
+    """The sub-batches whose gradients the sender of message ``tag`` must have computed."""
+    kind = tag[0]
+    if kind == "pkt":
+        group, j = tag[1], tag[2]
+        return {label_without(group, k) for k in group if k != j}
+    if kind == "unc":
+        return {label_without(tag[1], tag[2])}
+    return set(summed_plan(p.g, p.redundancy, tag[2])[tag[1]])
+
+
+def map_grads(st: WorkerState, step: int, on_grad=None) -> tuple[dict, float, dict]:
     """``(grads, loss, digests)``: the summed gradient ``g_T`` of every sub-batch ``T`` this
     worker holds at the replica's ``θ``, the loss of the sub-batches it is first holder of,
-    and a digest of each ``g_T`` (the driver compares them across holders)."""
+    and a digest of each ``g_T`` (the driver compares them across holders).
+    ``on_grad(grads)`` is called after each sub-batch (to send what is ready)."""
     _, idx = st.replica.step_samples(step)
     slices = st.placement.sub_batch_slices(st.spec.batch_size)[st.cluster]
     grads, loss = {}, 0.0
@@ -255,19 +267,21 @@ def map_grads(st: WorkerState, step: int) -> tuple[dict, float, dict]:
             grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
             if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
                 loss += sub_loss
+            if on_grad is not None:
+                on_grad(grads)
     # the r holders of a sub-batch must compute the same bits, or XOR decoding is silently
     # wrong: the driver compares these digests across holders (no bytes on the wire)
     return grads, loss, {label: _digest(g) for label, g in grads.items()}
 
 
-def record_map(run_id: str, st: WorkerState, step: int, t0: float, loss, digests) -> None:
+def record_map(run_id: str, st: WorkerState, step: int, t0: float, loss, digests, stop=None):
     record(
         run_id,
         step=step,
         rank=st.rank,
         phase="map",
         start=t0,
-        stop=time.time(),
+        stop=time.time() if stop is None else stop,
         loss=loss,
         cluster=st.cluster,
         digests=digests,
