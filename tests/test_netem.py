@@ -99,7 +99,7 @@ def test_netem_run_equals_local_bit_for_bit_and_counts_wire_bytes(tmp_path):
     local = dcoded.run.run(tiny_config(*common))
     assert emulated["param_sha256"] == local["param_sha256"]
     b = emulated["bytes_per_worker"]
-    assert b["wire"] is not None and b["wire"] > b["dask_transfer"] > 0
+    assert b["wire"] is not None and b["wire"] > b["transport"] > 0
     assert emulated["environment"]["cluster"] == "netem"
     assert all(w.startswith(f"tcp://{netem.SUBNET}.") for w in emulated["environment"]["workers"])
     assert (tmp_path / "netem" / "history.csv").exists()
