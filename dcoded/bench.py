@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         net = None
         if args.cluster == "netem":
             net = stack.enter_context(
-                netem.network(args.workers, args.bandwidth_mbit, None, out / "netem")
+                netem.network(args.workers, netem.Links(args.bandwidth_mbit), out / "netem")
             )
         for model in args.models.split(","):
             runs = plan(

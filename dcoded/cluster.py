@@ -76,15 +76,12 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
         )
     if kind == "address":
         security_from_config(cfg.get("tls"))
-    if kind == "netem":
-        for key in ("bandwidth_mbit", "driver_bandwidth_mbit"):
-            value = cfg.get(key)
-            if value is not None and (not isinstance(value, int | float) or value <= 0):
-                raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 (Mbit/s)")
-        if cfg.get("bandwidth_mbit") is None:
-            raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
+    if kind == "netem":
+        from dcoded.netem import check_links
+
+        check_links(cfg, n_workers)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,10 @@ from pathlib import Path
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find.
 PREFIX = "dcn"
+TOPOLOGIES = ("switch", "bus", "racks")
+#: How long a frame may wait in a shaped link's queue (tbf ``latency``), by default: a switch
+#: port's buffer, not the 100 ms of bufferbloat that made control messages wait behind data.
+QUEUE_MS = 20.0
 SUBNET = "10.213.47"  # a /24 that exists only inside the run's namespaces
 SCHEDULER_PORT = 8786
 
@@ -52,10 +56,86 @@ class Host:
     rate_mbit: float
 
 
+@dataclass(frozen=True)
+class Links:
+    """The emulated network's shape and rates (``cluster.*`` of ``cluster=netem``).
+
+    ``switch``: every host its own full-duplex link of ``rate_mbit`` to one bridge.
+    ``bus``: the same links, and every frame that enters the bridge crosses one shared queue
+    of ``rate_mbit`` once (all ports' ingress redirected to one shaped IFB device), whoever
+    sent it and however many hosts receive it: a hub, a shared medium.
+    ``racks``: workers in racks of ``rack_size`` behind a rack bridge; each rack joined to the
+    core bridge (scheduler and driver) by an uplink of ``uplink_mbit`` each way.
+    """
+
+    rate_mbit: float
+    driver_rate_mbit: float | None = None
+    topology: str = "switch"
+    queue_ms: float = QUEUE_MS
+    rack_size: int | None = None
+    uplink_mbit: float | None = None
+
+    @classmethod
+    def from_config(cls, cluster: Mapping) -> Links:
+        return cls(
+            rate_mbit=float(cluster["bandwidth_mbit"]),
+            driver_rate_mbit=cluster.get("driver_bandwidth_mbit"),
+            topology=cluster.get("topology") or "switch",
+            queue_ms=float(cluster.get("queue_ms") or QUEUE_MS),
+            rack_size=cluster.get("rack_size"),
+            uplink_mbit=cluster.get("uplink_mbit"),
+        )
+
+    def host_rate(self, name: str) -> float:
+        return float(
+            self.driver_rate_mbit if name == "drv" and self.driver_rate_mbit else self.rate_mbit
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "topology": self.topology,
+            "bandwidth_mbit": float(self.rate_mbit),
+            "driver_bandwidth_mbit": self.host_rate("drv"),
+            "queue_ms": self.queue_ms,
+            **(
+                {"rack_size": self.rack_size, "uplink_mbit": float(self.uplink_mbit)}
+                if self.topology == "racks"
+                else {}
+            ),
+        }
+
+
+def check_links(cluster: Mapping, n_workers: int) -> None:
+    """``ValueError`` naming the setting, for a shape the emulated network cannot take."""
+    topology = cluster.get("topology") or "switch"
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"cluster.topology={topology!r} is not known: choose one of {TOPOLOGIES}")
+    for key in ("bandwidth_mbit", "driver_bandwidth_mbit", "queue_ms", "uplink_mbit"):
+        value = cluster.get(key)
+        if value is not None and (not isinstance(value, int | float) or value <= 0):
+            unit = "ms" if key == "queue_ms" else "Mbit/s"
+            raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 ({unit})")
+    if cluster.get("bandwidth_mbit") is None:
+        raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
+    if topology == "racks":
+        size = cluster.get("rack_size")
+        if not isinstance(size, int) or not 1 <= size < n_workers:
+            raise ValueError(
+                f"cluster.rack_size={size!r} is not allowed with cluster.topology=racks and "
+                f"cluster.n_workers={n_workers}: it must be an integer in 1..{n_workers - 1} "
+                "(workers per rack; at least two racks)"
+            )
+        if cluster.get("uplink_mbit") is None:
+            raise ValueError(
+                "cluster.topology=racks needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
+            )
+
+
 @dataclass
 class Network:
     run: str
     hub: str
+    links: Links
     hosts: dict[str, Host] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
     logs: list = field(default_factory=list)  # open log files of those processes
@@ -89,12 +169,18 @@ def _ip(*args: str, ns: str | None = None) -> None:
         raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
 
 
-def _tbf(ns: str, ifname: str, rate_mbit: float) -> None:
-    """Cap egress of ``ifname`` at ``rate_mbit`` (token bucket; burst sized for the rate)."""
+def _tc(ns: str, *args: str) -> None:
+    cmd = ["tc", "-n", ns, *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if result.returncode:
+        raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
+
+
+def _tbf(ns: str, ifname: str, rate_mbit: float, queue_ms: float = QUEUE_MS) -> None:
+    """Cap egress of ``ifname`` at ``rate_mbit`` (token bucket; burst sized for the rate), with
+    a queue that holds ``queue_ms`` of traffic."""
     burst = max(int(rate_mbit * 1e6 / 8 / 250), 16_000)  # about 4 ms of traffic, >= 16 kB
-    cmd = [
-        "tc",
-        "-n",
+    _tc(
         ns,
         "qdisc",
         "replace",
@@ -107,26 +193,34 @@ def _tbf(ns: str, ifname: str, rate_mbit: float) -> None:
         "burst",
         str(burst),
         "latency",
-        "100ms",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    if result.returncode:
-        raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
+        f"{queue_ms}ms",
+    )
 
 
-def build(n_workers: int, rate_mbit: float, driver_rate_mbit: float | None = None) -> Network:
-    """Make the namespaces, the bridge and the capped links (no processes yet)."""
+def build(n_workers: int, links: Links) -> Network:
+    """Make the namespaces, the bridges and the shaped links (no processes yet)."""
     check_available()
     run = uuid.uuid4().hex[:6]
-    net = Network(run=run, hub=f"{PREFIX}-{run}-hub")
+    net = Network(run=run, hub=f"{PREFIX}-{run}-hub", links=links)
     names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
+    hub = net.hub
     try:
-        _ip("netns", "add", net.hub)
-        _ip("link", "add", "br0", "type", "bridge", ns=net.hub)
-        _ip("link", "set", "br0", "up", ns=net.hub)
+        _ip("netns", "add", hub)
+        _bridge(hub, "br0")
+        if links.topology == "racks":
+            for r in range(n_racks(n_workers, links)):
+                _bridge(hub, f"rk{r}")
+                # the rack's uplink: u{r} on the rack bridge, c{r} on the core
+                _ip("link", "add", f"u{r}", "type", "veth", "peer", "name", f"c{r}", ns=hub)
+                for end, bridge in ((f"u{r}", f"rk{r}"), (f"c{r}", "br0")):
+                    _ip("link", "set", end, "master", bridge, ns=hub)
+                    _ip("link", "set", end, "up", ns=hub)
+        if links.topology == "bus":
+            _ip("link", "add", "ifb0", "type", "ifb", ns=hub)
+            _ip("link", "set", "ifb0", "up", ns=hub)
         for i, name in enumerate(names):
-            rate = driver_rate_mbit if name == "drv" and driver_rate_mbit else rate_mbit
-            host = Host(name, f"{PREFIX}-{run}-{name}", f"{SUBNET}.{i + 1}", "eth0", float(rate))
+            ns = f"{PREFIX}-{run}-{name}"
+            host = Host(name, ns, f"{SUBNET}.{i + 1}", "eth0", links.host_rate(name))
             _ip("netns", "add", host.ns)
             net.hosts[name] = host  # from here on, destroy() removes it
             _ip("link", "set", "lo", "up", ns=host.ns)
@@ -143,18 +237,71 @@ def build(n_workers: int, rate_mbit: float, driver_rate_mbit: float | None = Non
                 "peer",
                 "name",
                 hub_end,
-                ns=net.hub,
+                ns=hub,
             )
-            _ip("link", "set", hub_end, "master", "br0", ns=net.hub)
-            _ip("link", "set", hub_end, "up", ns=net.hub)
+            bridge = "br0"
+            if links.topology == "racks" and name.startswith("w"):
+                bridge = f"rk{int(name[1:]) // links.rack_size}"
+            _ip("link", "set", hub_end, "master", bridge, ns=hub)
+            _ip("link", "set", hub_end, "up", ns=hub)
             _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
             _ip("link", "set", "eth0", "up", ns=host.ns)
-            _tbf(host.ns, "eth0", host.rate_mbit)  # what the host sends
-            _tbf(net.hub, hub_end, host.rate_mbit)  # what the host receives
+            # IP multicast leaves by the host's one link
+            _ip("route", "add", "224.0.0.0/4", "dev", "eth0", ns=host.ns)
+            if links.topology == "bus":  # every frame the host sends crosses the one medium
+                _tc(hub, "qdisc", "add", "dev", hub_end, "handle", "ffff:", "ingress")
+                _tc(
+                    hub,
+                    "filter",
+                    "add",
+                    "dev",
+                    hub_end,
+                    "parent",
+                    "ffff:",
+                    "protocol",
+                    "all",
+                    "u32",
+                    "match",
+                    "u32",
+                    "0",
+                    "0",
+                    "action",
+                    "mirred",
+                    "egress",
+                    "redirect",
+                    "dev",
+                    "ifb0",
+                )
+        _shape(net)
     except BaseException:
         destroy(net)
         raise
     return net
+
+
+def _bridge(ns: str, name: str) -> None:
+    _ip("link", "add", name, "type", "bridge", ns=ns)
+    _ip("link", "set", name, "up", ns=ns)
+
+
+def n_racks(n_workers: int, links: Links) -> int:
+    return -(-n_workers // links.rack_size) if links.topology == "racks" else 0
+
+
+def _shape(net: Network) -> None:
+    """Set every shaped queue to the network's rates: each host's link both ways (egress of
+    the host's end: what it sends; of the bridge's end: what it receives), the bus, and the
+    rack uplinks both ways."""
+    links = net.links
+    for i, host in enumerate(net.hosts.values()):  # the order build() gave the hub ends
+        host.rate_mbit = links.host_rate(host.name)
+        _tbf(host.ns, "eth0", host.rate_mbit, links.queue_ms)
+        _tbf(net.hub, f"v{i}", host.rate_mbit, links.queue_ms)
+    if links.topology == "bus":
+        _tbf(net.hub, "ifb0", links.rate_mbit, links.queue_ms)
+    for r in range(n_racks(len(net.workers()), links)):
+        for end in (f"u{r}", f"c{r}"):
+            _tbf(net.hub, end, links.uplink_mbit, links.queue_ms)
 
 
 def _in_ns(host: Host, argv: list[str], env: Mapping | None = None, **kw) -> subprocess.Popen:
@@ -273,13 +420,11 @@ def cleanup() -> list[str]:
 
 
 @contextlib.contextmanager
-def network(
-    n_workers: int, rate_mbit: float, driver_rate_mbit: float | None, log_dir: Path
-) -> Iterator[Network]:
+def network(n_workers: int, links: Links, log_dir: Path) -> Iterator[Network]:
     """The whole emulated cluster, removed on exit (also on error, Ctrl-C and SIGTERM)."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        net = build(n_workers, rate_mbit, driver_rate_mbit)
+        net = build(n_workers, links)
         try:
             start_dask(net, log_dir)
             yield net
@@ -293,44 +438,41 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def retune(net: Network, rate_mbit: float, driver_rate_mbit: float | None = None) -> None:
-    """Set every link's rate anew (both directions), keeping hosts and processes."""
-    for i, host in enumerate(net.hosts.values()):  # the order build() gave the hub ends
-        host.rate_mbit = float(
-            driver_rate_mbit if host.name == "drv" and driver_rate_mbit else rate_mbit
-        )
-        _tbf(host.ns, "eth0", host.rate_mbit)
-        _tbf(net.hub, f"v{i}", host.rate_mbit)
+def retune(net: Network, links: Links) -> None:
+    """Set every link's rate and queue anew (both directions, the bus and the uplinks),
+    keeping hosts and processes; the topology stays what it was built as."""
+    if (links.topology, links.rack_size) != (net.links.topology, net.links.rack_size):
+        raise ValueError("retune keeps the topology: build a new network for another one")
+    net.links = links
+    _shape(net)
 
 
 _shared: list[Network] = []  # at most one: the cluster that the jobs of a multirun share
 
 
-def shared_network(
-    n_workers: int, rate_mbit: float, driver_rate_mbit: float | None, log_dir: Path
-) -> Network:
+def shared_network(n_workers: int, links: Links, log_dir: Path) -> Network:
     """One emulated cluster kept for the jobs of a multirun that run in this process.
 
     Building it (namespaces, and ``K + 1`` Dask processes importing torch) costs about half a
-    minute on two cores, more than a short run. A job with another rate re-rates the same
-    links; one with another ``n_workers`` gets a new cluster. It is removed when the process
-    exits (also on error, Ctrl-C and SIGTERM), or by :func:`release_shared`.
+    minute on two cores, more than a short run. A job with other rates or queues re-rates the
+    same links; one with another ``n_workers`` or topology gets a new cluster. It is removed
+    when the process exits (also on error, Ctrl-C and SIGTERM), or by :func:`release_shared`.
     """
-    if _shared and len(_shared[0].workers()) != n_workers:
+    if _shared and (
+        len(_shared[0].workers()) != n_workers
+        or (_shared[0].links.topology, _shared[0].links.rack_size)
+        != (links.topology, links.rack_size)
+    ):
         release_shared()
     if not _shared:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # so that atexit runs
-        net = build(n_workers, rate_mbit, driver_rate_mbit)
+        net = build(n_workers, links)
         _shared.append(net)
         atexit.register(release_shared)
         start_dask(net, log_dir)
     net = _shared[0]
-    want = {
-        h.name: float(driver_rate_mbit if h.name == "drv" and driver_rate_mbit else rate_mbit)
-        for h in net.hosts.values()
-    }
-    if any(h.rate_mbit != want[h.name] for h in net.hosts.values()):
-        retune(net, rate_mbit, driver_rate_mbit)
+    if net.links != links:
+        retune(net, links)
     return net
 
 
@@ -351,15 +493,11 @@ def run_netem(cfg: Mapping, out_dir: Path, reuse: bool = False) -> dict:
     """
     cluster = cfg["cluster"]
     out_dir = Path(out_dir)
-    shape = (
-        int(cluster["n_workers"]),
-        float(cluster["bandwidth_mbit"]),
-        cluster.get("driver_bandwidth_mbit"),
-    )
+    n_workers, links = int(cluster["n_workers"]), Links.from_config(cluster)
     if reuse:
-        net = shared_network(*shape, out_dir.parent / f"netem-{shape[0]}-workers")
+        net = shared_network(n_workers, links, out_dir.parent / f"netem-{n_workers}-workers")
         return run_in_network(cfg, out_dir, net)
-    with network(*shape, out_dir / "netem") as net:
+    with network(n_workers, links, out_dir / "netem") as net:
         return run_in_network(cfg, out_dir, net)
 
 
@@ -381,10 +519,7 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         "torch_threads": int(cluster.get("torch_threads", 1)),
         "connect_timeout_s": float(cluster.get("connect_timeout_s", 60)),
         "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
-        "netem": {
-            "bandwidth_mbit": net.workers()[0].rate_mbit,
-            "driver_bandwidth_mbit": net.hosts["drv"].rate_mbit,
-        },
+        "netem": net.links.as_dict(),
     }
     spec_file = out_dir / "netem" / "config.json"
     spec_file.write_text(json.dumps(child))

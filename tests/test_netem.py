@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -78,7 +79,7 @@ def _transfer(net, sender: str, receiver: str, nbytes: int) -> float:
 def test_links_are_capped_in_both_directions():
     """Worker links at 20 Mbit/s, the driver's at 400: worker -> driver is capped by the
     worker's egress, driver -> worker by the worker's ingress (the bridge end's egress)."""
-    net = netem.build(n_workers=1, rate_mbit=20, driver_rate_mbit=400)
+    net = netem.build(1, netem.Links(rate_mbit=20, driver_rate_mbit=400))
     try:
         nbytes = 3_000_000
         expected = nbytes * 8 / 20e6  # 1.2 s
@@ -125,7 +126,7 @@ def test_a_failing_run_leaves_nothing_behind(tmp_path):
 
 @needs_netem
 def test_cleanup_removes_a_stale_set():
-    net = netem.build(n_workers=2, rate_mbit=50)
+    net = netem.build(2, netem.Links(rate_mbit=50))
     assert len(netem.stale_namespaces()) == 5  # hub, scheduler, 2 workers, driver
     del net  # as if the run was killed
     out = subprocess.run(
@@ -199,10 +200,10 @@ def _qdisc_rates(net) -> set[str]:
 
 @needs_netem
 def test_retune_sets_every_link_both_ways():
-    net = netem.build(n_workers=2, rate_mbit=50)
+    net = netem.build(2, netem.Links(rate_mbit=50))
     try:
         assert _qdisc_rates(net) == {"50Mbit"}
-        netem.retune(net, 30)
+        netem.retune(net, netem.Links(rate_mbit=30))
         assert _qdisc_rates(net) == {"30Mbit"}
         assert {h.rate_mbit for h in net.hosts.values()} == {30.0}
     finally:
@@ -260,3 +261,163 @@ def test_ctrl_c_in_a_multirun_removes_the_shared_cluster(tmp_path):
         lambda: list(tmp_path.glob("*/checkpoint.npz")),
     )
     assert list(tmp_path.glob("*/checkpoint.npz"))
+
+
+MCAST_RX = """
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+s.bind(("", 9200))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+             struct.pack("4s4s", socket.inet_aton("239.7.7.7"), socket.inet_aton(sys.argv[1])))
+s.settimeout(5); print("ready", flush=True); n = 0; t0 = None
+try:
+    while n < int(sys.argv[2]):
+        b = s.recv(2048); t0 = t0 or time.monotonic(); n += len(b)
+except socket.timeout:
+    pass
+print(n, time.monotonic() - t0, flush=True)
+"""
+MCAST_TX = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(sys.argv[1]))
+total, rate, size = int(sys.argv[2]), float(sys.argv[3]), 1400
+t0 = time.monotonic(); sent = 0
+while sent < total:
+    s.sendto(b"x" * size, ("239.7.7.7", 9200)); sent += size
+    ahead = sent / rate - (time.monotonic() - t0)
+    if ahead > 0.002: time.sleep(ahead)
+"""
+
+
+def _in(net, host: str, script: str) -> list[str]:
+    return ["ip", "netns", "exec", net.hosts[host].ns, sys.executable, "-c", script]
+
+
+def _at_once(net, pairs: list[tuple[str, str]], nbytes: int) -> list[float]:
+    """Seconds each receiver took to get ``nbytes`` over TCP, all pairs sending at once."""
+    servers = []
+    for _, receiver in pairs:
+        rx = net.hosts[receiver]
+        servers.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", rx.ns, sys.executable, "-c", SERVER, rx.ip],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+        assert servers[-1].stdout.readline().strip() == "ready"
+    clients = [
+        subprocess.Popen([*_in(net, tx, CLIENT), net.hosts[rx].ip, str(nbytes)]) for tx, rx in pairs
+    ]
+    for c in clients:
+        assert c.wait(timeout=120) == 0
+    seconds = []
+    for server in servers:
+        got, took = server.communicate(timeout=120)[0].split()
+        assert int(got) == nbytes
+        seconds.append(float(took))
+    return seconds
+
+
+def _multicast(net, sender: str, receivers: list[str], nbytes: int, rate_bytes: float):
+    """``[(bytes, seconds)]`` per receiver of one paced UDP multicast stream."""
+    procs = []
+    for name in receivers:
+        host = net.hosts[name]
+        procs.append(
+            subprocess.Popen(
+                [*_in(net, name, MCAST_RX), host.ip, str(nbytes)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+        assert procs[-1].stdout.readline().strip() == "ready"
+    tx = net.hosts[sender]
+    subprocess.run(
+        [*_in(net, sender, MCAST_TX), tx.ip, str(nbytes), str(rate_bytes)],
+        check=True,
+        timeout=120,
+    )
+    out = [p.communicate(timeout=120)[0].split() for p in procs]
+    return [(int(n), float(s)) for n, s in out]
+
+
+@needs_netem
+@pytest.mark.slow
+def test_a_bus_is_one_medium_and_a_switch_is_not():
+    """On the bus two transfers between different pairs share the medium (both take about
+    twice as long as one alone); on the switch they do not; a multicast to three receivers
+    takes the time of one unicast on the bus."""
+    nbytes, rate = 2_000_000, 50  # 0.32 s at 50 Mbit/s
+    alone = nbytes * 8 / (rate * 1e6)
+    for topology in ("bus", "switch"):
+        net = netem.build(3, netem.Links(rate_mbit=rate, topology=topology))
+        try:
+            one = _at_once(net, [("w0", "w1")], nbytes)[0]
+            two = _at_once(net, [("w0", "w1"), ("w2", "drv")], nbytes)
+            assert 0.85 * alone < one < 1.4 * alone, (topology, one)
+            if topology == "bus":
+                # the medium carried both: the last ends after about twice one alone, and
+                # each was slowed by the other (they need not share it evenly)
+                assert 1.7 * alone < max(two) < 3.0 * alone and min(two) > 1.1 * alone, two
+                got = _multicast(net, "w0", ["w1", "w2", "drv"], nbytes, 0.93 * rate * 1e6 / 8)
+                sent = -(-nbytes // 1400) * 1400  # whole datagrams
+                assert all(n == sent for n, _ in got), got  # every byte, by every receiver
+                assert all(0.85 * alone < s < 1.4 * alone for _, s in got), got
+            else:
+                assert all(0.85 * alone < t < 1.4 * alone for t in two), two
+        finally:
+            netem.destroy(net)
+
+
+@needs_netem
+@pytest.mark.slow
+def test_racks_cap_what_crosses_the_uplinks():
+    """Inside a rack the hosts' own links set the rate; between racks the uplink does."""
+    links = netem.Links(rate_mbit=100, topology="racks", rack_size=2, uplink_mbit=20)
+    net = netem.build(4, links)
+    try:
+        nbytes = 1_500_000
+        inside = _at_once(net, [("w0", "w1")], nbytes)[0]
+        across = _at_once(net, [("w0", "w2")], nbytes)[0]
+        assert 0.85 * nbytes * 8 / 100e6 < inside < 1.5 * nbytes * 8 / 100e6, inside
+        assert 0.85 * nbytes * 8 / 20e6 < across < 1.4 * nbytes * 8 / 20e6, across
+        # two racks' hosts sending to the core at once share nothing: one uplink each
+        both = _at_once(net, [("w0", "drv"), ("w2", "sched")], nbytes)
+        assert all(t < 1.4 * nbytes * 8 / 20e6 for t in both), both
+    finally:
+        netem.destroy(net)
+
+
+@needs_netem
+def test_queue_depth_is_a_setting():
+    net = netem.build(2, netem.Links(rate_mbit=50, queue_ms=5))
+    try:
+        out = subprocess.run(
+            ["tc", "-n", net.hosts["w0"].ns, "qdisc", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        # tbf turns latency into a byte limit: 5 ms at 50 Mbit/s plus the burst
+        limit = int(out.split(" limit ")[1].split("b")[0])
+        assert limit < 50e6 / 8 * 0.005 + 16_000 + 2_000, out
+    finally:
+        netem.destroy(net)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["cluster.topology=ring"], "cluster.topology='ring'"),
+        (["cluster.topology=racks", "cluster.uplink_mbit=10"], "cluster.rack_size=None"),
+        (["cluster.topology=racks", "cluster.rack_size=2"], "cluster.uplink_mbit"),
+        (["cluster.queue_ms=0"], "cluster.queue_ms=0"),
+    ],
+)
+def test_bad_topologies_are_config_errors(overrides, needle):
+    with pytest.raises(dcoded.run.ConfigError, match=re.escape(needle)):
+        dcoded.run.run(netem_config("cluster.n_workers=4", *overrides))
