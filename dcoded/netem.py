@@ -246,8 +246,21 @@ def build(n_workers: int, links: Links) -> Network:
             _ip("link", "set", hub_end, "up", ns=hub)
             _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
             _ip("link", "set", "eth0", "up", ns=host.ns)
-            # IP multicast leaves by the host's one link
+            # IP multicast leaves by the host's one link; a worker joins a group per receiver set
             _ip("route", "add", "224.0.0.0/4", "dev", "eth0", ns=host.ns)
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    host.ns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv4.igmp_max_memberships=1024",
+                ],
+                capture_output=True,
+                timeout=30,
+            )
             if links.topology == "bus":  # every frame the host sends crosses the one medium
                 _tc(hub, "qdisc", "add", "dev", hub_end, "handle", "ffff:", "ingress")
                 _tc(

@@ -117,6 +117,10 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     transport = transport_cfg.get("name", "dask")
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
+    notes = []
+    if transport == "multicast" and algorithm == "cdc":
+        transport, note = _multicast_or_fallback(cluster, transport_cfg)
+        notes += [note] if note else []
     steps_per_task = transport_cfg.get("steps_per_task", 0)
     if not isinstance(steps_per_task, int) or steps_per_task < 0:
         raise ConfigError(
@@ -150,6 +154,11 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         transport=transport,
         steps_per_task=steps_per_task,
         overlap=bool(transport_cfg.get("overlap", True)),
+        pace_mbit=_pace_mbit(cluster, transport_cfg, n_workers)
+        if transport == "multicast"
+        else None,
+        test_drop=float(transport_cfg.get("test_drop") or 0.0),
+        extra={"notes": notes},
     )
     try:
         placement = spec.placement
@@ -208,6 +217,40 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
                 f"train.steps={steps}: nothing left to run (raise train.steps)"
             )
     return spec, reference, resume
+
+
+def _multicast_or_fallback(cluster: Mapping, transport: Mapping) -> tuple[str, str | None]:
+    """``transport=multicast`` where the network has IP multicast: the emulated one, or a LAN
+    the user vouches for (``transport.lan=true``); elsewhere refused in one line, or
+    ``direct`` when ``transport.fallback=direct`` says so."""
+    if cluster.get("kind") == "netem" or cluster.get("netem") or transport.get("lan"):
+        return "multicast", None
+    where = f"cluster={cluster.get('kind')}"
+    if transport.get("fallback") == "direct":
+        return "direct", f"transport=multicast fell back to direct: no IP multicast on {where}"
+    raise ConfigError(
+        f"transport=multicast needs a network with IP multicast: cluster=netem, or "
+        f"transport.lan=true on a LAN that has it; {where} has none (use transport=direct, or "
+        "transport.fallback=direct to fall back to it)"
+    )
+
+
+def _pace_mbit(cluster: Mapping, transport: Mapping, n_workers: int) -> float:
+    """Each multicast sender's pace: ``transport.pace_mbit``, or the bottleneck's share when
+    all send at once (the medium over ``K`` on a bus, a receiver's link over ``K - 1``)."""
+    if transport.get("pace_mbit"):
+        pace = transport["pace_mbit"]
+        if not isinstance(pace, int | float) or pace <= 0:
+            raise ConfigError(f"transport.pace_mbit={pace!r} is not allowed: it must be > 0")
+        return float(pace)
+    links = cluster.get("netem") or cluster
+    rate = links.get("bandwidth_mbit")
+    if not rate:
+        raise ConfigError(
+            "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
+        )
+    share = n_workers if links.get("topology") == "bus" else max(n_workers - 1, 1)
+    return 0.95 * float(rate) / share
 
 
 def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:
@@ -273,6 +316,8 @@ def run(
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
     if resume:
         log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
+    for note in spec.extra.get("notes", []):
+        log.note(note)
     try:
         if spec.algorithm == "serial":
             theta = train_fn(ctx)
@@ -405,7 +450,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             else None,
             "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
             # what the run's transport moved: Dask transfers, or the direct links' messages
-            "transport": means["direct" if spec.transport == "direct" else "dask"],
+            "transport": means["dask" if spec.transport == "dask" else "direct"],
             "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows else {},
             "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
             "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
@@ -415,6 +460,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         },
         "param_sha256": param_sha256(theta),
         "staleness_mean": float(np.mean(stale)) if stale else None,
+        "repaired_datagrams": log.repaired if spec.transport == "multicast" else None,
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events),
         "environment": {

@@ -421,3 +421,49 @@ def test_queue_depth_is_a_setting():
 def test_bad_topologies_are_config_errors(overrides, needle):
     with pytest.raises(dcoded.run.ConfigError, match=re.escape(needle)):
         dcoded.run.run(netem_config("cluster.n_workers=4", *overrides))
+
+
+@needs_netem
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "drop"),
+    [
+        (["coding.redundancy=2"], 0.0),
+        (["coding.redundancy=2"], 0.08),
+        (["coding.redundancy=3", "coding.shuffle=uncoded"], 0.05),
+        (["coding.redundancy=1", "coding.shuffle=summed", "transport.steps_per_task=1"], 0.0),
+    ],
+    ids=["r2-bus", "r2-bus-lossy", "r3-uncoded-lossy", "r1-summed-per-step"],
+)
+def test_multicast_equals_serial_and_repairs_what_is_lost(tmp_path, overrides, drop):
+    """Coded packets and segments go once as UDP multicast; datagrams dropped on purpose (a
+    seeded fraction, where they are received) are asked for again, and the run still equals
+    serial bit for bit; the transport moved each multicast message once."""
+    common = ["cluster.n_workers=4", "train.steps=4", *overrides]
+    serial = dcoded.run.run(tiny_config("algorithm=serial", *common))
+    got = dcoded.run.run(
+        netem_config(
+            *common,
+            "cluster.topology=bus",
+            "transport=multicast",
+            f"transport.test_drop={drop}",
+        ),
+        out_dir=tmp_path,
+    )
+    assert got["param_sha256"] == serial["param_sha256"]
+    assert got["transport"] == "multicast"
+    assert (got["repaired_datagrams"] > 0) == (drop > 0)
+    b = got["bytes_per_worker"]
+    kinds = b["transport_by_kind"]
+    shuffled = sum(v for k, v in kinds.items() if k != "seg")
+    assert shuffled == pytest.approx(b["multicast"])  # each message once
+    # the all-gather: each owner's segment once, to all the others
+    assert kinds["seg"] == pytest.approx(b["params"] / 3, rel=0.01)
+
+
+def test_multicast_is_refused_where_there_is_none_or_falls_back():
+    with pytest.raises(dcoded.run.ConfigError, match="transport=multicast needs a network"):
+        dcoded.run.run(tiny_config("transport=multicast"))
+    summary = dcoded.run.run(tiny_config("transport=multicast", "transport.fallback=direct"))
+    assert summary["transport"] == "direct"
+    assert any("fell back to direct" in e for e in summary["events"])

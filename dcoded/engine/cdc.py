@@ -78,7 +78,7 @@ def train_cdc(ctx: Context) -> np.ndarray:
     """Run CDC steps from ``ctx.start_step`` to ``spec.steps``; return the final ``θ``
     (gathered from the owners of cluster 0)."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    if spec.transport == "direct":
+    if spec.transport != "dask":  # direct or multicast: the same loop, another link
         return train_direct(ctx)
     run, p = spec.run_id, spec.placement
     theta0 = ctx.resume.theta if ctx.resume else None

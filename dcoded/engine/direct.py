@@ -113,7 +113,14 @@ class Link:
                         f"rank {self.rank} waited train.step_timeout_s={timeout:g}s for "
                         f"{len(missing)} message(s) from rank(s) {senders} (e.g. {missing[0]})"
                     )
-                self._cond.wait(min(left, 1.0))
+                self.waiting({k: expected[k] for k in missing})
+                self._cond.wait(min(left, self.poll_s))
+
+    #: How often a waiting step wakes up to look at what is missing.
+    poll_s = 1.0
+
+    def waiting(self, missing: dict[str, int]) -> None:
+        """Called (under the mailbox lock) each time a step wakes up with messages missing."""
 
     def fail(self, error: Exception) -> None:
         with self._cond:
@@ -159,7 +166,7 @@ class Link:
     async def _send_all(self, messages) -> None:
         await asyncio.gather(*(self._send(*m) for m in messages))
 
-    async def _send(self, dest: int, key: str, kind: str, data: np.ndarray) -> None:
+    async def _send(self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH) -> None:
         lock = self._locks.setdefault(dest, asyncio.Lock())
         async with lock:
             address = self.peers[dest]
@@ -174,10 +181,11 @@ class Link:
                     comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
                     self._comms[dest] = comm
                 msg = {
-                    "op": PUSH,
+                    "op": op,
                     "reply": False,
                     "run": self.run_id,
                     "rank": dest,
+                    "src": self.rank,
                     "key": key,
                     "data": to_serialize(data),
                 }
@@ -203,7 +211,7 @@ class Link:
                 await comm.close()
 
 
-def _on_push(run=None, rank=None, key=None, data=None) -> None:
+def _on_push(run=None, rank=None, src=None, key=None, data=None) -> None:
     """The worker handler ``dcoded_push`` (on the event loop): file the message for its
     rank, or drop it when the run is gone from this worker."""
     link = _LINKS.get((run, rank))
@@ -217,8 +225,39 @@ def _on_push(run=None, rank=None, key=None, data=None) -> None:
 def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state):
     """:func:`dcoded.engine.tasks.setup`, the push handler, and this rank's :class:`Link`."""
     out = tasks.setup(run_id, rank, spec, theta, optimizer_state)
-    tasks.find_state(run_id, rank).link = Link(run_id, rank, peers, get_worker())
+    if spec.transport == "multicast":
+        from dcoded.engine.multicast import MulticastLink
+
+        link = MulticastLink(
+            run_id,
+            rank,
+            peers,
+            get_worker(),
+            receiver_sets(spec, rank),
+            spec.pace_mbit,
+            spec.test_drop,
+            spec.seed,
+        )
+    else:
+        link = Link(run_id, rank, peers, get_worker())
+    tasks.find_state(run_id, rank).link = link
     return out
+
+
+def receiver_sets(spec: RunSpec, rank: int) -> list[tuple[int, ...]]:
+    """Every set of two or more receivers, ``rank`` among them, that a message of the run
+    goes to (global ranks): coded packets, the all-gather, the cross-cluster sum."""
+    p = spec.placement
+    c, me = p.cluster_of(rank), p.local(rank)
+    sets = set()
+    if not spec.replicated:
+        for j in range(p.g):
+            for _, receivers in tasks.shuffle_sends(p, spec.shuffle, j):
+                sets.add(tuple(p.global_id(c, k) for k in receivers))
+            sets.add(tuple(p.global_id(c, i) for i in range(p.g) if i != j))
+        for o in range(p.n_clusters):
+            sets.add(tuple(p.global_id(x, me) for x in range(p.n_clusters) if x != o))
+    return sorted(s for s in sets if len(s) > 1 and rank in s)
 
 
 def _key(step: int, *parts) -> str:
@@ -234,7 +273,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
         )
     link: Link = st.link
     for step in range(start, stop):
-        t0 = time.time()
+        t0, repaired = time.time(), getattr(link, "repaired", 0)
         if st.spec.replicated:
             _replicated_step(run_id, st, step)
         else:
@@ -248,6 +287,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
             start=t0,
             stop=time.time(),
             sent=link.drain_sent(),
+            repaired=getattr(link, "repaired", 0) - repaired,  # datagrams sent again
         )
     return stop
 

@@ -72,6 +72,7 @@ class TrainingLog:
         self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
         self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
+        self.repaired = 0  # multicast: datagrams sent again at a receiver's request
 
     # ------------------------------------------------------------------ inputs
     def driver_step(self, step: int, **fields) -> None:
@@ -175,6 +176,7 @@ class TrainingLog:
                 self.add_bytes(step, field, rec[field])
         if "loss" in rec:
             self.add_loss(step, rec["loss"])
+        self.repaired += rec.get("repaired", 0)
         for kind, nbytes in rec.get("sent", {}).items():  # over the direct transport
             self.add_bytes(step, "direct", nbytes)
             self.direct_by_kind[kind] += nbytes

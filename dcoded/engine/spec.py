@@ -11,7 +11,7 @@ ALGORITHMS = ("cdc", "serial", "ssgd", "asgd", "ddp")
 #: The gradient exchanges of ``cdc`` (``coding.shuffle``).
 SHUFFLES = ("coded", "uncoded", "summed")
 #: How ``cdc``'s packets and segments travel (``transport``).
-TRANSPORTS = ("dask", "direct")
+TRANSPORTS = ("dask", "direct", "multicast")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class RunSpec:
     transport: str = "dask"
     steps_per_task: int = 0
     overlap: bool = True
+    pace_mbit: float | None = None  # multicast: each sender's pace
+    test_drop: float = 0.0  # multicast: a seeded fraction of datagrams dropped (tests only)
     extra: Mapping = field(default_factory=dict)
 
     @property
