@@ -18,9 +18,12 @@ import sys
 import time
 from pathlib import Path
 
+from dcoded.coding import Placement, bounds
 from dcoded.config import compose_config
+from dcoded.engine import tasks
 
 COLUMNS = [
+    "topology",
     "model",
     "algorithm",
     "r",
@@ -76,36 +79,65 @@ def plan(
     return runs
 
 
-def switch_bounds(summary: dict, rate_mbit: float) -> dict[str, float | None]:
-    """Seconds per step that the closed-form bytes need on a switch of ``rate_mbit`` links
-    (each host's own full-duplex link; the busiest host's egress or ingress sets the time):
-    the gradient exchange, the parameter distribution and their sum. A parameter server's
-    traffic all crosses the server's one link (``K`` times a worker's); DDP's ring moves
-    ``2(K-1)/K · d`` through every link."""
-    b, K = summary["bytes_per_worker"], summary["n_workers"]
-    rate = rate_mbit * 1e6 / 8  # bytes per second
-    exchange, params = b["theory_unicast"], b["theory_params"]
-    if summary["algorithm"] in ("ssgd", "asgd"):
-        exchange, params = K * exchange, K * params
-    shuffle_s, params_s = exchange / rate, params / rate
-    return {"shuffle": shuffle_s, "params": params_s, "comm": shuffle_s + params_s}
+def phase_messages(summary: dict) -> dict[str, list[tuple[int, list[int], float]]]:
+    """The messages of one step of the run, ``(sender, receivers, bytes)``: the gradient
+    exchange and the parameter distribution. Hosts ``0..K-1`` are the workers, ``K`` the
+    driver (the parameter server)."""
+    K, d4 = summary["n_workers"], 4 * summary["n_params"]
+    algorithm = summary["algorithm"]
+    if algorithm == "cdc":
+        p = Placement(K, summary["redundancy"], summary["group_size"])
+        phases = tasks.step_messages(p, summary["shuffle"])
+        return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
+    if algorithm == "ddp":  # ring all-reduce: 2(K-1) chunks of d/K to the next rank
+        return {"shuffle": [(i, [(i + 1) % K], 2 * (K - 1) / K * d4) for i in range(K)]}
+    return {  # parameter server: gradients up, θ down, through the driver's one link
+        "shuffle": [(i, [K], d4) for i in range(K)],
+        "params": [(K, [i], d4) for i in range(K)],
+    }
 
 
-def row(summary: dict, rate_mbit: float | None = None) -> dict:
-    """One bench row from a run's summary; with ``rate_mbit`` (the emulated links), each
-    exchange phase beside its bound on a switch and their ratio (``*_x``)."""
+def topology_bounds(summary: dict) -> dict[str, float]:
+    """Seconds per step that each exchange phase needs at least on the run's emulated
+    topology (:mod:`dcoded.coding.bounds`), and their sum (``comm``)."""
+    net = summary["environment"].get("netem")
+    if not net:
+        return {}
+    K = summary["n_workers"]
+    topology = {
+        "kind": net.get("topology", "switch"),
+        "rate": net["bandwidth_mbit"] * 1e6 / 8,
+        "uplink": (net.get("uplink_mbit") or net["bandwidth_mbit"]) * 1e6 / 8,
+    }
+    racks = None
+    if topology["kind"] == "racks":
+        racks = [k // net["rack_size"] for k in range(K)] + [None]  # the driver: on the core
+    multicast = summary.get("transport") == "multicast"
+    out = {"shuffle": 0.0, "params": 0.0}
+    for phase, messages in phase_messages(summary).items():
+        loads = bounds.link_bytes(messages, K + 1, multicast, racks)
+        out[phase] = bounds.seconds(topology, loads)
+    out["comm"] = out["shuffle"] + out["params"]
+    return out
+
+
+def row(summary: dict) -> dict:
+    """One bench row from a run's summary; on the emulated network, each exchange phase
+    beside its bound on that topology and their ratio (``*_x``)."""
     t, b = summary["time_s"], summary["bytes_per_worker"]
 
     def ms(x):
         return None if x is None else round(1e3 * x, 2)
 
-    bounds = switch_bounds(summary, rate_mbit) if rate_mbit else {}
+    limits = topology_bounds(summary)
 
     def ratio(phase):
-        bound, took = bounds.get(phase), t.get(phase)
+        bound, took = limits.get(phase), t.get(phase)
         return round(took / bound, 3) if bound and took else None
 
+    net = summary["environment"].get("netem") or {}
     return {
+        "topology": net.get("topology"),
         "model": summary["model"],
         "algorithm": summary["algorithm"],
         "r": summary["redundancy"],
@@ -117,7 +149,7 @@ def row(summary: dict, rate_mbit: float | None = None) -> dict:
             f"{p}_ms": ms(t.get(p))
             for p in ("map", "encode", "shuffle", "decode", "update", "params")
         },
-        **{f"{p}_bound_ms": ms(v) for p, v in bounds.items()},
+        **{f"{p}_bound_ms": ms(v) for p, v in limits.items()},
         "shuffle_x": ratio("shuffle"),
         "params_x": ratio("params"),
         "multicast": b["multicast"],
@@ -133,9 +165,10 @@ def row(summary: dict, rate_mbit: float | None = None) -> dict:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """Each step time over ``ssgd``'s and ``ddp``'s for the same model, from this run."""
-    for model in {r["model"] for r in rows}:
-        same = [r for r in rows if r["model"] == model]
+    """Each step time over ``ssgd``'s and ``ddp``'s for the same model on the same topology,
+    from this run."""
+    for where in {(r["model"], r.get("topology")) for r in rows}:
+        same = [r for r in rows if (r["model"], r.get("topology")) == where]
         base = {r["algorithm"]: r["step_ms"] for r in same if r["algorithm"] in ("ssgd", "ddp")}
         for r in same:
             for name in ("ssgd", "ddp"):
@@ -161,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", choices=["netem", "local"], default="netem")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--bandwidth-mbit", type=float, default=100.0)
+    parser.add_argument("--topology", default="switch", help="e.g. switch,bus,racks")
+    parser.add_argument("--rack-size", type=int, default=2, help="racks: workers per rack")
+    parser.add_argument("--uplink-mbit", type=float, default=None, help="racks (default: rate)")
+    parser.add_argument("--queue-ms", type=float, default=None, help="queue of every link")
     parser.add_argument("--models", default="dnn,cnn")
     parser.add_argument("--redundancies", default=None, help="e.g. 1,2 (default: 1..K)")
     parser.add_argument("--transports", default="dask,direct", help="cdc's transports")
@@ -194,39 +231,51 @@ def main(argv: list[str] | None = None) -> int:
     from dcoded.run import run
 
     rows = []
-    stack = contextlib.ExitStack()
-    with stack:
-        net = None
-        if args.cluster == "netem":
-            net = stack.enter_context(
-                netem.network(args.workers, netem.Links(args.bandwidth_mbit), out / "netem")
-            )
-        for model in args.models.split(","):
-            runs = plan(
-                args.workers,
-                redundancies,
-                args.transports.split(","),
-                args.shuffles.split(",") if args.shuffles else None,
-            )
-            keep = set(filter(None, args.baselines.split(",")))
-            runs = [e for e in runs if e[0] == "algorithm=cdc" or e[0].split("=")[1] in keep]
-            for extra in runs:
-                name = "-".join([model, *(e.split("=")[1] for e in extra)])
-                cfg = compose_config([*common, f"model={model}", *extra])
-                t = time.monotonic()
-                if net is not None:
-                    from omegaconf import OmegaConf
-
-                    summary = netem.run_in_network(
-                        OmegaConf.to_container(cfg, resolve=True), out / name, net
-                    )
-                else:
-                    summary = run(cfg, out_dir=out / name)
-                rows.append(row(summary, args.bandwidth_mbit if net is not None else None))
-                print(
-                    f"{name}: {rows[-1]['step_ms']} ms/step ({time.monotonic() - t:.0f} s)",
-                    file=sys.stderr,
+    topologies = args.topology.split(",") if args.cluster == "netem" else [None]
+    for topology in topologies:
+        shape = []
+        if topology:
+            shape = [f"cluster.topology={topology}"]
+            if args.queue_ms:
+                shape.append(f"cluster.queue_ms={args.queue_ms}")
+            if topology == "racks":
+                uplink = args.uplink_mbit or args.bandwidth_mbit
+                shape += [f"cluster.rack_size={args.rack_size}", f"cluster.uplink_mbit={uplink}"]
+        with contextlib.ExitStack() as stack:
+            net = None
+            if topology:
+                cluster = compose_config([*common, *shape]).cluster
+                links = netem.Links.from_config(cluster)
+                net = stack.enter_context(
+                    netem.network(args.workers, links, out / f"netem-{topology}")
                 )
+            for model in args.models.split(","):
+                runs = plan(
+                    args.workers,
+                    redundancies,
+                    args.transports.split(","),
+                    args.shuffles.split(",") if args.shuffles else None,
+                )
+                keep = set(filter(None, args.baselines.split(",")))
+                runs = [e for e in runs if e[0] == "algorithm=cdc" or e[0].split("=")[1] in keep]
+                for extra in runs:
+                    name = "-".join([*filter(None, [topology]), model])
+                    name = "-".join([name, *(e.split("=")[1] for e in extra)])
+                    cfg = compose_config([*common, *shape, f"model={model}", *extra])
+                    t = time.monotonic()
+                    if net is not None:
+                        from omegaconf import OmegaConf
+
+                        summary = netem.run_in_network(
+                            OmegaConf.to_container(cfg, resolve=True), out / name, net
+                        )
+                    else:
+                        summary = run(cfg, out_dir=out / name)
+                    rows.append(row(summary))
+                    print(
+                        f"{name}: {rows[-1]['step_ms']} ms/step ({time.monotonic() - t:.0f} s)",
+                        file=sys.stderr,
+                    )
     add_ratios(rows)
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -234,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     header = (
         f"dcoded bench: K={args.workers}, cluster={args.cluster}"
-        + (f" at {args.bandwidth_mbit:g} Mbit/s per link" if args.cluster == "netem" else "")
+        + (
+            f" at {args.bandwidth_mbit:g} Mbit/s per link ({args.topology})"
+            if args.cluster == "netem"
+            else ""
+        )
         + f", synthetic 1x28x28, B={args.batch_size}, {args.steps} steps; times are medians "
         "per step; bytes per worker per step; vs_*: step time over that baseline's, same run"
     )

@@ -9,6 +9,7 @@ output directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -16,6 +17,7 @@ import platform
 import re
 import tempfile
 import uuid
+from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,7 +40,7 @@ from dcoded.engine.record import ReplicaMismatch, TrainingLog, write_history
 from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, SHUFFLES, TRANSPORTS, RunSpec
-from dcoded.engine.tasks import ReplicaMissing
+from dcoded.engine.tasks import ReplicaMissing, step_messages
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
 from dcoded.optim import SegmentOptimizer, check_optimizer
@@ -154,9 +156,6 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         transport=transport,
         steps_per_task=steps_per_task,
         overlap=bool(transport_cfg.get("overlap", True)),
-        pace_mbit=_pace_mbit(cluster, transport_cfg, n_workers)
-        if transport == "multicast"
-        else None,
         test_drop=float(transport_cfg.get("test_drop") or 0.0),
         extra={"notes": notes},
     )
@@ -166,6 +165,9 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             placement.check_batch(batch)
     except ValueError as e:
         raise ConfigError(config_names(str(e))) from None
+    if spec.transport == "multicast":
+        paces = _paces(cluster, transport_cfg, placement, spec.shuffle)
+        spec = dataclasses.replace(spec, pace_mbit=paces)
     if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
         raise ConfigError(
             "algorithm=ddp needs worker processes (one torch process group each): "
@@ -235,22 +237,45 @@ def _multicast_or_fallback(cluster: Mapping, transport: Mapping) -> tuple[str, s
     )
 
 
-def _pace_mbit(cluster: Mapping, transport: Mapping, n_workers: int) -> float:
-    """Each multicast sender's pace: ``transport.pace_mbit``, or the bottleneck's share when
-    all send at once (the medium over ``K`` on a bus, a receiver's link over ``K - 1``)."""
+def _paces(cluster: Mapping, transport: Mapping, placement, shuffle: str) -> dict[str, float]:
+    """Each multicast sender's pace in Mbit/s, per phase (``shuffle``, ``seg``):
+    ``transport.pace_mbit``, or the bottleneck's share when all of a phase's senders send at
+    once: on a bus the medium over the phase's senders; elsewhere a receiver's link over the
+    most senders one receiver hears (and on racks an uplink over the most senders behind it)."""
     if transport.get("pace_mbit"):
         pace = transport["pace_mbit"]
         if not isinstance(pace, int | float) or pace <= 0:
             raise ConfigError(f"transport.pace_mbit={pace!r} is not allowed: it must be > 0")
-        return float(pace)
+        return {"shuffle": float(pace), "seg": float(pace)}
     links = cluster.get("netem") or cluster
     rate = links.get("bandwidth_mbit")
     if not rate:
         raise ConfigError(
             "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
         )
-    share = n_workers if links.get("topology") == "bus" else max(n_workers - 1, 1)
-    return 0.95 * float(rate) / share
+    topology, rack = links.get("topology", "switch"), links.get("rack_size")
+    paces = {}
+    for phase, messages in step_messages(placement, shuffle).items():
+        heard = defaultdict(set)  # receiver -> senders
+        for sender, receivers, _ in messages:
+            for r in receivers:
+                heard[r].add(sender)
+        senders = {m[0] for m in messages} or {0}
+        if topology == "bus":
+            share = rate / len(senders)
+        else:
+            share = rate / max((len(v) for v in heard.values()), default=1)
+        if topology == "racks":
+            out, into = defaultdict(set), defaultdict(set)
+            for sender, receivers, _ in messages:
+                for r in receivers:
+                    if r // rack != sender // rack:
+                        out[sender // rack].add(sender)
+                        into[r // rack].add(sender)
+            crowd = max((len(v) for v in [*out.values(), *into.values()]), default=1)
+            share = min(share, links.get("uplink_mbit", rate) / crowd)
+        paces["seg" if phase == "params" else phase] = 0.95 * share
+    return paces
 
 
 def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:
@@ -461,6 +486,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         "param_sha256": param_sha256(theta),
         "staleness_mean": float(np.mean(stale)) if stale else None,
         "repaired_datagrams": log.repaired if spec.transport == "multicast" else None,
+        "pace_mbit": dict(spec.pace_mbit) if spec.pace_mbit else None,
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events),
         "environment": {

@@ -16,8 +16,10 @@ sends the missing datagrams again to that receiver alone. ``transport.test_drop`
 seeded fraction of the datagrams where they are received, to test exactly that.
 
 Senders are paced (a sender thread per worker, the datagrams spread evenly in time) at
-``transport.pace_mbit``, by default the bottleneck's share for a sender when all send at
-once: the medium's rate over ``K`` on a bus, a receiver link's rate over ``K - 1`` elsewhere.
+``transport.pace_mbit``, by default, per phase, the bottleneck's share for a sender when all
+of the phase's senders send at once: the medium's rate over the senders on a bus, a receiver
+link's rate over the most senders one receiver hears elsewhere (and an uplink's over the most
+senders crossing it, on racks).
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ DATAGRAM = 1472
 _HEAD = struct.Struct("!4sIIHB")  # run tag, index, count, key length, dtype code
 _DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<u4")}
 _CODES = {v: k for k, v in _DTYPES.items()}
-#: How long a receiver lets a message rest before it asks for the rest again.
+#: How long a receiver lets a message rest before it asks for the rest again (twice as long
+#: after the first ask, three times after the second...: a repair takes time to come).
 REPAIR_AFTER_S = 0.05
+#: How far a sender late on its pace (a thread not scheduled in time) may catch up at once.
+CATCH_UP_S = 0.001
 
 
 def group_address(run_id: str, receivers) -> str:
@@ -68,7 +73,7 @@ class MulticastLink(direct.Link):
         self.ips = [_host(a) for a in peers]
         self.tag = hashlib.blake2b(run_id.encode(), digest_size=4).digest()
         self.port = udp_port(run_id)
-        self.pace = pace_mbit * 1e6 / 8  # bytes per second
+        self.paces = {k: v * 1e6 / 8 for k, v in pace_mbit.items()}  # bytes/s by phase
         self.rng = np.random.default_rng([seed, rank]) if drop else None
         self.drop = drop
         self.repaired = 0  # datagrams sent again at a receiver's request
@@ -76,6 +81,7 @@ class MulticastLink(direct.Link):
         self._partial: dict[str, dict] = {}  # key -> {"parts", "count", "seen", "asked"}
         self._outbox: queue.Queue = queue.Queue()
         self._done: collections.deque = collections.deque(maxlen=4096)  # keys filed
+        self._transmitted: set[str] = set()  # keys whose every datagram has left
         self._rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:  # root may go past net.core.rmem_max
@@ -109,8 +115,11 @@ class MulticastLink(direct.Link):
             datagrams = _fragments(self.tag, key, data)
             self._kept[key] = (datagrams, _step_of(key))
             where = self.ips[dests[0]] if len(dests) == 1 else group_address(self.run_id, dests)
-            self._outbox.put((where, datagrams))
+            self._outbox.put((key, where, datagrams, self._pace(kind)))
         self._forget_old()
+
+    def _pace(self, kind: str) -> float:
+        return self.paces["seg" if kind == "seg" else "shuffle"]
 
     def flush(self, timeout: float) -> None:
         """Wait until the sender thread has put every queued datagram on the network."""
@@ -124,18 +133,18 @@ class MulticastLink(direct.Link):
         super().flush(timeout)
 
     def _transmit(self) -> None:
-        """The sender thread: datagrams spread evenly in time at the pace (no credit is
-        saved up while idle, so a burst never outruns the medium)."""
+        """The sender thread: datagrams spread evenly in time at the pace (no more than
+        ``CATCH_UP_S`` of credit is saved up, so a burst never outruns the medium)."""
         due = time.monotonic()
         while self._open:
             try:
-                where, datagrams = self._outbox.get(timeout=0.2)
+                key, where, datagrams, pace = self._outbox.get(timeout=0.2)
             except queue.Empty:
                 continue
             try:
                 for datagram in datagrams:
                     now = time.monotonic()
-                    due = max(due, now)
+                    due = max(due, now - CATCH_UP_S)
                     if due - now > 0.001:
                         time.sleep(due - now)
                     try:
@@ -144,7 +153,8 @@ class MulticastLink(direct.Link):
                         if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
                             raise
                         # a full queue dropped it: a receiver will ask again
-                    due += len(datagram) / self.pace
+                    due += len(datagram) / pace
+                self._transmitted.add(key)
             except OSError as e:
                 self.fail(direct.PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
@@ -153,17 +163,18 @@ class MulticastLink(direct.Link):
     def repair(self, key: str, missing: np.ndarray, requester: int) -> None:
         """A receiver lacks these datagrams of ``key`` (all if ``missing`` is empty)."""
         kept = self._kept.get(key)
-        if kept is None:  # not sent yet (it will be), or long gone
+        if kept is None or key not in self._transmitted:  # still on its way, or long gone
             return
         datagrams = kept[0]
         again = [datagrams[i] for i in missing] if len(missing) else datagrams
         self.repaired += len(again)
-        self._outbox.put((self.ips[requester], again))
+        self._outbox.put((key, self.ips[requester], again, self._pace("shuffle")))
 
     def _forget_old(self) -> None:
         newest = max((step for _, step in self._kept.values()), default=0)
         for key in [k for k, (_, step) in self._kept.items() if step < newest - 1]:
             del self._kept[key]
+            self._transmitted.discard(key)
 
     # ------------------------------------------------------------------ receiving
     def _receive(self) -> None:
@@ -207,9 +218,10 @@ class MulticastLink(direct.Link):
                 entry = self._partial[key] = {"parts": {}, "count": None, "asked": now}
                 entry["seen"] = now
                 continue
-            if now - max(entry["seen"], entry["asked"]) < REPAIR_AFTER_S:
+            tries = entry.get("tries", 0)
+            if now - max(entry["seen"], entry["asked"]) < REPAIR_AFTER_S * (1 + tries):
                 continue
-            entry["asked"] = now
+            entry["asked"], entry["tries"] = now, tries + (entry["count"] is not None)
             have = entry["parts"]
             lacking = (
                 np.array([i for i in range(entry["count"]) if i not in have], np.int32)

@@ -42,7 +42,7 @@ class RunSpec:
     transport: str = "dask"
     steps_per_task: int = 0
     overlap: bool = True
-    pace_mbit: float | None = None  # multicast: each sender's pace
+    pace_mbit: Mapping | None = None  # multicast: each sender's pace by phase (shuffle, seg)
     test_drop: float = 0.0  # multicast: a seeded fraction of datagrams dropped (tests only)
     extra: Mapping = field(default_factory=dict)
 

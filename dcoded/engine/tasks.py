@@ -243,6 +243,37 @@ def shuffle_receives(p: Placement, shuffle: str, local: int) -> list[tuple[tuple
     return [(("unc", group, local), uncoded_sender(group, local)) for group in p.groups_of(local)]
 
 
+def message_values(p: Placement, tag: tuple) -> float:
+    """How long message ``tag`` is, in units of ``d`` (the closed form: pieces and segments
+    of lengths that do not divide evenly differ by one value)."""
+    return 1 / (p.g * p.redundancy) if tag[0] == "pkt" else 1 / p.g
+
+
+def step_messages(p: Placement, shuffle: str) -> dict[str, list[tuple[int, list[int], float]]]:
+    """Every message of one step, ``(sender, receivers, length in units of d)`` in global
+    ranks: the ``shuffle`` (with the cross-cluster sum) and the all-gather (``params``)."""
+    out: dict[str, list] = {"shuffle": [], "params": []}
+    if p.redundancy == p.n_workers:  # every worker updates all of θ: nothing moves
+        return out
+    for c in range(p.n_clusters):
+        for j in range(p.g):
+            for tag, receivers in shuffle_sends(p, shuffle, j):
+                out["shuffle"].append(
+                    (
+                        p.global_id(c, j),
+                        [p.global_id(c, k) for k in receivers],
+                        message_values(p, tag),
+                    )
+                )
+            others = [p.global_id(c, i) for i in range(p.g) if i != j]
+            out["params"].append((p.global_id(c, j), others, 1 / p.g))
+    if p.n_clusters > 1:
+        for k in range(p.n_workers):
+            owners = [p.global_id(o, p.local(k)) for o in range(p.n_clusters)]
+            out["shuffle"].append((k, [o for o in owners if o != k], 1 / p.g))
+    return out
+
+
 def message_needs(p: Placement, tag: tuple) -> set:
     """The sub-batches whose gradients the sender of message ``tag`` must have computed."""
     kind = tag[0]
