@@ -1,0 +1,117 @@
+"""Figure 6: where coding pays. Time per step against r on a switch, a bus and racks, for the
+coded and the summed shuffle over TCP (``transport=direct``) and as UDP multicast, beside DDP
+and the parameter server on the same topology, every exchange beside its bound there.
+
+Reads ``paper_topology`` (cdc) and ``paper_topology_base`` (ddp, ssgd). The bounds are those of
+:func:`dcoded.bench.topology_bounds`: the busiest shared link's bytes at its rate.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dcoded.bench import topology_bounds
+from paper import output, paths
+from paper.results import Run, load
+
+TOPOLOGIES = ("switch", "bus", "racks")
+COLUMNS = [
+    "topology",
+    "algorithm",
+    "shuffle",
+    "transport",
+    "r",
+    "step_ms",
+    "vs_ddp",
+    "shuffle_ms",
+    "shuffle_bound_ms",
+    "params_ms",
+    "params_bound_ms",
+    "comm_bound_ms",
+    "moved_bytes",
+]
+STYLES = {
+    ("coded", "multicast"): ("C0", "-", "o"),
+    ("coded", "direct"): ("C0", "--", "o"),
+    ("summed", "multicast"): ("C1", "-", "s"),
+    ("summed", "direct"): ("C1", "--", "s"),
+}
+
+
+def topology_of(run: Run) -> str:
+    return run.summary["environment"]["netem"].get("topology", "switch")
+
+
+def compute(results: Path, size: str) -> list[dict]:
+    """One row per run, in topology order: step time beside DDP's, phases beside bounds."""
+    base = load(results, size, "paper_topology_base")
+    cdc = load(results, size, "paper_topology")
+    ddp = {topology_of(r): r["time_s"]["step_median"] for r in base if r["algorithm"] == "ddp"}
+    rows = []
+    for run in [*base, *cdc]:
+        t, where = run["time_s"], topology_of(run)
+        limits = topology_bounds(run.summary)
+        cdc_run = run["algorithm"] == "cdc"
+        rows.append(
+            {
+                "topology": where,
+                "algorithm": run["algorithm"],
+                "shuffle": run["shuffle"] if cdc_run else None,
+                "transport": run.summary.get("transport") if cdc_run else None,
+                "r": run["redundancy"] if cdc_run else None,
+                "step_ms": 1e3 * t["step_median"],
+                "vs_ddp": t["step_median"] / ddp[where] if where in ddp else None,
+                "shuffle_ms": 1e3 * t["shuffle"],
+                "shuffle_bound_ms": 1e3 * limits["shuffle"],
+                "params_ms": 1e3 * t["params"],
+                "params_bound_ms": 1e3 * limits["params"],
+                "comm_bound_ms": 1e3 * limits["comm"],
+                "moved_bytes": run["bytes_per_worker"].get("transport"),
+            }
+        )
+    order = {name: i for i, name in enumerate(TOPOLOGIES)}
+    rows.sort(key=lambda x: (order[x["topology"]], x["algorithm"] == "cdc", x["r"] or 0))
+    return rows
+
+
+def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+    rows = compute(results, size)
+    plt = output.pyplot()
+    fig, axes = plt.subplots(1, len(TOPOLOGIES), figsize=(16, 4.5), sharey=False)
+    for ax, where in zip(axes, TOPOLOGIES, strict=True):
+        mine = [x for x in rows if x["topology"] == where]
+        for (shuffle, transport), (color, line, marker) in STYLES.items():
+            pts = sorted(
+                (x["r"], x["step_ms"], x["comm_bound_ms"])
+                for x in mine
+                if (x["shuffle"], x["transport"]) == (shuffle, transport)
+            )
+            if not pts:
+                continue
+            rs, ms, bound = zip(*pts, strict=True)
+            ax.plot(rs, ms, color=color, ls=line, marker=marker, label=f"{shuffle}, {transport}")
+            ax.plot(rs, bound, color=color, ls=":", lw=1, alpha=0.7)
+        for x in mine:
+            if x["algorithm"] in ("ddp", "ssgd"):
+                ax.axhline(x["step_ms"], color="k" if x["algorithm"] == "ddp" else "grey")
+                ax.annotate(x["algorithm"], (1, x["step_ms"]), va="bottom", fontsize=8)
+        ax.set_title(f"{where}: time per step (dotted: communication bound)")
+        ax.set_xlabel("redundancy r")
+        ax.set_ylabel("ms per step")
+        ax.set_xticks(range(1, 5))
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=8)
+    output.save_figure(fig, paths.figures(out) / "fig6_topology.png")
+    output.write_table(
+        rows,
+        COLUMNS,
+        paths.tables(out) / "fig6_topology",
+        "Figure 6: median ms per step on each topology (dnn, K = 4, 100 Mbit/s links, racks of "
+        "two behind 100 Mbit/s uplinks); each exchange beside its bound on that topology; "
+        "moved: bytes per worker per step the transport moved (multicast counted once).",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(output.cli(main, prog="python -m paper.figure_topology"))
