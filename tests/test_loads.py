@@ -241,9 +241,16 @@ def test_load_table(n, g):
 # --- CLI --------------------------------------------------------------------------------------
 
 
-def table_rows(out: str) -> list[list[str]]:
-    lines = [ln for ln in out.splitlines() if ln.startswith("|")]
-    header, sep, *rows = lines
+def table_rows(out: str, which: int = 0) -> list[list[str]]:
+    """The rows of the ``which``-th markdown table printed (0: loads, 1: the exchanges)."""
+    tables, current = [], []
+    for ln in [*out.splitlines(), ""]:
+        if ln.startswith("|"):
+            current.append(ln)
+        elif current:
+            tables.append(current)
+            current = []
+    header, sep, *rows = tables[which]
     assert header.split("|")[1].strip() == "r" and set(sep) <= set("|-:")
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
 
