@@ -73,7 +73,8 @@ def format_exchanges(
         f"Gradient exchange inside a cluster of g={g}, per worker ({unit}; out: what a worker "
         "sends, each multicast packet once; in: what it receives; bus: all workers' out, one "
         "shared medium; best on a switch: least max(out, in) at the busiest worker, on a bus: "
-        "least bus; hybrid at the m of least bus)",
+        "least bus; hybrid at the m of least bus among the cached families: every m for "
+        "g <= 9, only m = r, CDC's own, beyond)",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---:" for _ in head) + "|",
