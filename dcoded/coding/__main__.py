@@ -68,7 +68,7 @@ def format_exchanges(
     head = ["r"]
     for name in ("coded", "summed"):
         head += [f"{name} out", f"{name} in", f"{name} bus"]
-    head += ["m", "|S|", "hybrid out (max)", "hybrid in (max)", "hybrid bus", "switch", "bus"]
+    head += ["m", "groups", "hybrid out (max)", "hybrid in (max)", "hybrid bus", "switch", "bus"]
     lines = [
         f"Gradient exchange inside a cluster of g={g}, per worker ({unit}; out: what a worker "
         "sends, each multicast packet once; in: what it receives; bus: all workers' out, one "
