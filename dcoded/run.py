@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from dcoded.checkpoint import Checkpoint, CheckpointError, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
-from dcoded.coding import loads
+from dcoded.coding import best_m, check_m, loads
 from dcoded.data import DatasetError, check_dataset
 from dcoded.engine.cdc import train_cdc
 from dcoded.engine.ddp import train_ddp
@@ -73,6 +73,7 @@ CLEAN_ERRORS = (
 
 _CONFIG_PREFIX = {
     "redundancy": "coding.",
+    "hybrid_m": "coding.",
     "group_size": "coding.",
     "batch_size": "train.",
     "n_workers": "cluster.",
@@ -82,7 +83,7 @@ _CONFIG_PREFIX = {
 def config_names(message: str) -> str:
     """Name settings in ``dcoded.coding`` errors as the config does (``coding.redundancy=``)."""
     return re.sub(
-        r"(?<![.\w])(redundancy|group_size|batch_size|n_workers)=",
+        r"(?<![.\w])(redundancy|hybrid_m|group_size|batch_size|n_workers)=",
         lambda m: f"{_CONFIG_PREFIX[m[1]]}{m[1]}=",
         message,
     )
@@ -163,6 +164,13 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         placement = spec.placement
         if uses_placement:
             placement.check_batch(batch)
+        if uses_placement and shuffle == "hybrid":
+            m = coding.get("hybrid_m")
+            if m is None:  # the least load for this (g, r), chosen by dcoded.coding
+                m = best_m(placement.g, r)
+            check_m(placement.g, r, m)
+            spec = RunSpec(**{**spec.to_dict(), "hybrid_m": m})
+            spec.hybrid  # noqa: B018  (the family is read or solved now, before any cluster)
     except ValueError as e:
         raise ConfigError(config_names(str(e))) from None
     if spec.transport == "multicast":
@@ -415,7 +423,9 @@ def theory(spec: RunSpec, d: int) -> dict:
     parameter distribution."""
     K = spec.n_workers
     if spec.algorithm in ("cdc", "serial"):
-        exchange = loads.shuffle(K, spec.redundancy, spec.group_size, spec.shuffle)
+        exchange = loads.shuffle(
+            K, spec.redundancy, spec.group_size, spec.shuffle, hybrid_m=spec.hybrid_m
+        )
         params = 0.0 if spec.replicated else loads.allgather(spec.placement.g).unicast
     elif spec.algorithm == "ddp":
         exchange, params = loads.ring_allreduce(K), 0.0
@@ -444,6 +454,8 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         "redundancy": spec.redundancy if placed else None,
         "group_size": spec.placement.g if placed else None,
         "shuffle": spec.shuffle if placed else None,
+        "hybrid_m": spec.hybrid_m if placed else None,
+        "hybrid": spec.hybrid.summary() if placed and spec.hybrid else None,
         "transport": spec.transport if spec.algorithm == "cdc" else None,
         "model": spec.model["name"],
         "dataset": spec.dataset["name"],
@@ -526,6 +538,8 @@ def format_results(summary: dict) -> str:
     head = f"{summary['algorithm']}  K={summary['n_workers']}"
     if summary["redundancy"] is not None:
         head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
+        if summary.get("hybrid_m"):
+            head += f" m={summary['hybrid_m']}"
     if summary.get("transport"):
         head += f" via {summary['transport']}"
     head += (

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from dcoded.coding import best_m, hybrid_plan
 from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
@@ -73,6 +74,81 @@ def test_cdc_equals_serial_bit_for_bit(train, case, transport):
     assert cdc["final"]["train_loss"] == serial["final"]["train_loss"]
     assert cdc["n_params"] == serial["n_params"]
     assert cdc["transport"] == transport and serial["transport"] is None
+
+
+# (n_workers, redundancy, hybrid_m or None for the library's choice, group_size, batch_size):
+# several K <= 9, m from 1 (a summed shuffle) to r (CDC's family), values left empty (K=4,
+# r=3, m=2), hierarchical clusters, r = g with clusters, r = K; batches just above C(g, r)
+HYBRID_CASES = [
+    (3, 2, 1, None, 24),
+    (4, 2, 2, None, 24),
+    (4, 3, 2, None, 24),
+    (5, 3, None, None, 24),
+    (6, 4, None, None, 24),
+    (6, 2, 1, 3, 24),
+    (8, 3, 2, 4, 24),
+    (4, 2, None, 2, 24),
+    (7, 4, 2, None, 40),
+    (8, 5, None, None, 60),
+    (9, 5, None, None, 130),
+    (4, 4, None, None, 24),
+]
+
+
+def _hybrid(K, r, m, g, batch):
+    return [
+        f"cluster.n_workers={K}",
+        f"coding.redundancy={r}",
+        "coding.shuffle=hybrid",
+        f"coding.hybrid_m={'null' if m is None else m}",
+        f"coding.group_size={'null' if g is None else g}",
+        f"train.batch_size={batch}",
+        "train.steps=2",
+    ]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("case", HYBRID_CASES, ids=lambda c: "K{}-r{}-m{}-g{}-B{}".format(*c))
+def test_hybrid_equals_serial_bit_for_bit(train, case, transport):
+    serial = train("algorithm=serial", *_hybrid(*case))
+    cdc = train("algorithm=cdc", f"transport={transport}", *_hybrid(*case))
+    assert cdc["param_sha256"] == serial["param_sha256"]
+    assert cdc["final"]["train_loss"] == serial["final"]["train_loss"]
+    K, r, m, g, _ = case
+    gg = g or K
+    expected_m = m if m is not None else best_m(gg, r)
+    for s in (serial, cdc):  # the choice and the family are on record
+        assert s["shuffle"] == "hybrid" and s["hybrid_m"] == expected_m
+        plan = hybrid_plan(gg, r, expected_m)
+        assert s["hybrid"]["family"] == [list(x) for x in plan.family]
+        assert len(s["hybrid"]["active"]) == len(plan.charges)
+    if r < gg:
+        assert set(cdc["bytes_per_worker"]["transport_by_kind"]) <= {"hyb", "red", "seg"}
+        assert cdc["bytes_per_worker"]["transport_by_kind"]["hyb"] > 0
+
+
+def test_hybrid_order_is_its_own():
+    """The hybrid adds in another order than the coded shuffle, and its bits depend on m, so
+    the comparison above could fail; serial follows each."""
+    common = ["cluster.n_workers=6", "coding.redundancy=4", "train.steps=3"]
+    sha = {}
+    for a in ("serial", "cdc"):
+        for sh, m in (("coded", "null"), ("hybrid", 2), ("hybrid", 3)):
+            s = run(
+                tiny_config(
+                    f"algorithm={a}", f"coding.shuffle={sh}", f"coding.hybrid_m={m}", *common
+                )
+            )
+            sha[a, sh, m] = s["param_sha256"]
+    assert sha["cdc", "hybrid", 2] == sha["serial", "hybrid", 2]
+    assert sha["cdc", "hybrid", 3] == sha["serial", "hybrid", 3]
+    assert sha["cdc", "coded", "null"] == sha["serial", "coded", "null"]
+    assert (
+        len(
+            {sha["serial", "coded", "null"], sha["serial", "hybrid", 2], sha["serial", "hybrid", 3]}
+        )
+        == 3
+    )
 
 
 def test_summed_order_is_its_own():
@@ -181,6 +257,9 @@ def test_ssgd_matches_serial_at_r1_closely(train):
         (4, 2, None, "summed"),
         (6, 2, 3, "summed"),
         (4, 4, None, "coded"),
+        (6, 4, None, "hybrid"),
+        (4, 3, None, "hybrid"),
+        (6, 2, 3, "hybrid"),
     ],
 )
 def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
@@ -189,14 +268,17 @@ def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
     gg = g or K
     # each packet carries at most one float32 of padding over the mean piece length
     n_packets = math.comb(gg - 1, r)  # sent per worker on average, coded or uncoded
+    if shuffle == "hybrid":  # the chosen family's packets, at the busiest sender
+        plan = hybrid_plan(gg, r, s["hybrid_m"])
+        n_packets = max(plan.packets(j) for j in range(gg))
     pad = 4 * n_packets + 4 * (K // gg)
     assert abs(b["multicast"] - b["theory_multicast"]) <= pad
     assert abs(b["unicast"] - b["theory_unicast"]) <= r * pad
     assert abs(b["params"] - b["theory_params"]) <= 4
     # what the transport moved is exactly the messages, once per receiver, and the segments
     kinds = b["transport_by_kind"]
-    assert set(kinds) <= {"pkt", "unc", "sum", "red", "seg"}, "a gradient or map output moved"
-    shuffled = sum(kinds.get(k, 0) for k in ("pkt", "unc", "sum", "red"))
+    assert set(kinds) <= {"pkt", "unc", "sum", "hyb", "red", "seg"}, "a map output moved"
+    shuffled = sum(kinds.get(k, 0) for k in ("pkt", "unc", "sum", "hyb", "red"))
     assert shuffled == pytest.approx(b["unicast"])
     assert kinds.get("seg", 0) == pytest.approx(b["params"])
     assert b["transport"] == pytest.approx(shuffled + kinds.get("seg", 0))

@@ -37,6 +37,12 @@ def no_cluster(monkeypatch):
         (["cluster.n_workers=6", "coding.group_size=3", "train.batch_size=5"], [">= 6"]),
         (["algorithm.name=sgd"], ["algorithm='sgd'", "cdc"]),
         (["coding.shuffle=xor"], ["coding.shuffle='xor'", "uncoded"]),
+        (["coding.shuffle=hybrid", "coding.hybrid_m=3"], ["coding.hybrid_m=3", "1..2"]),
+        (["coding.shuffle=hybrid", "coding.hybrid_m=0"], ["coding.hybrid_m=0", "1..2"]),
+        (
+            ["coding.shuffle=hybrid", "coding.redundancy=3", "coding.hybrid_m=two"],
+            ["coding.hybrid_m='two'", "1..3", "coding.redundancy=3"],
+        ),
         (["model.name=rnn"], ["model='rnn'", "dnn"]),
         (["cluster.n_workers=0"], ["cluster.n_workers=0"]),
         (["cluster.kind=slurm"], ["cluster.kind='slurm'"]),

@@ -14,8 +14,12 @@ import pytest
 from dcoded.coding import (
     Load,
     allgather,
+    best_m,
     coded_shuffle,
     cross_cluster_sum,
+    exchange_table,
+    hybrid_plan,
+    hybrid_shuffle,
     load_table,
     parameter_server,
     ring_allreduce,
@@ -236,14 +240,24 @@ def test_load_table(n, g):
         assert row["allgather_uc"] == allgather(gg).unicast
         assert row["ring_allreduce"] == ring_allreduce(n).unicast
         assert row["param_server_up"] == 1.0
+        hybrid = shuffle(n, r, gg, scheme="hybrid")
+        assert row["hybrid_m"] == best_m(gg, r)
+        assert row["hybrid_mc"] == hybrid.multicast and row["hybrid_uc"] == hybrid.unicast
 
 
 # --- CLI --------------------------------------------------------------------------------------
 
 
-def table_rows(out: str) -> list[list[str]]:
-    lines = [ln for ln in out.splitlines() if ln.startswith("|")]
-    header, sep, *rows = lines
+def table_rows(out: str, which: int = 0) -> list[list[str]]:
+    """The rows of the ``which``-th markdown table printed (0: loads, 1: the exchanges)."""
+    tables, current = [], []
+    for ln in [*out.splitlines(), ""]:
+        if ln.startswith("|"):
+            current.append(ln)
+        elif current:
+            tables.append(current)
+            current = []
+    header, sep, *rows = tables[which]
     assert header.split("|")[1].strip() == "r" and set(sep) <= set("|-:")
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
 
@@ -305,3 +319,62 @@ def test_cli_as_module():
         timeout=60,
     )
     assert bad.returncode == 2 and "group_size=3" in bad.stderr
+
+
+# --- the hybrid shuffle beside CDC and the summed shuffle -------------------------------------
+
+
+@pytest.mark.parametrize(("n", "r"), [(n, r) for n in range(2, 10) for r in range(1, n + 1)])
+def test_hybrid_load_is_the_plans_packets(n, r):
+    """Per worker, in units of d: one piece of d/(K m) per packet sent, one segment d/K per
+    value received; at most (m+1)|S|/(K^2 m), and CDC's count at m = r."""
+    for m in range(1, r + 1):
+        plan = hybrid_plan(n, r, m)
+        load = hybrid_shuffle(n, r, m)
+        sent = sum(plan.packets(j) for j in range(n))
+        got = sum(plan.ingress(k) for k in range(n))
+        assert close(load, Fraction(sent, n * n * m), Fraction(got, n * n))
+        assert Fraction(sent, n * m) <= plan.bound()
+        if m == r:
+            assert close(load, coded_shuffle(n, r).multicast, coded_shuffle(n, r).unicast)
+    assert shuffle(n, r, scheme="hybrid") == hybrid_shuffle(n, r, best_m(n, r))
+
+
+def test_hybrid_with_clusters_adds_the_cross_cluster_sum():
+    got, inner, cross = (
+        shuffle(12, 4, 6, "hybrid", 2),
+        hybrid_shuffle(6, 4, 2),
+        cross_cluster_sum(12, 6),
+    )
+    assert close(got, inner.multicast + cross.multicast, inner.unicast + cross.unicast)
+    with pytest.raises(ValueError, match="hybrid_m=5"):
+        shuffle(6, 4, scheme="hybrid", hybrid_m=5)
+    with pytest.raises(ValueError, match="no cached family"):
+        hybrid_shuffle(10, 5, 2)  # beyond the table: an error that names the command, no solve
+
+
+def test_exchange_table_k8():
+    rows = {row["r"]: row for row in exchange_table(8)}
+    r5 = rows[5]
+    assert r5["coded"].egress_mean == Fraction(21, 5) and r5["summed"].egress_mean == 3
+    assert r5["hybrid_m"] == 2 and r5["hybrid"].egress_mean == Fraction(3, 2)
+    assert r5["hybrid"].ingress_mean == 3 == r5["summed"].ingress_mean  # K - r: the least
+    assert r5["best_bus"] == "hybrid" and r5["best_switch"] == "summed=hybrid"
+    for row in rows.values():  # on a switch nothing beats the summed shuffle
+        assert row["best_switch"].startswith("summed")
+        assert row["coded"].bus == 8 * row["coded"].egress_mean
+
+
+def test_cli_prints_the_exchange_table(capsys):
+    assert main(["-K", "8"]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out, 1)
+    assert [int(row[0]) for row in rows] == list(range(1, 9))
+    r5 = rows[4]
+    assert r5[1] == "4.20" and r5[4] == "3.00" and r5[7] == "2" and r5[8] == "8"
+    assert r5[9] == "1.50 (1.50)" and r5[10] == "3.00 (3.00)" and r5[-1] == "hybrid"
+    # the first table has the hybrid's counts in units of d: 1.5/8 sent, 3/8 received
+    first = table_rows(out, 0)[4]
+    assert float(first[7]) == pytest.approx(0.1875) and float(first[8]) == pytest.approx(0.375)
+    assert main(["-K", "6", "-d", "1200"]) == 0  # bytes: 1.00 segment of 200 values
+    assert table_rows(capsys.readouterr().out, 1)[3][9] == "800 (800)"

@@ -1,22 +1,37 @@
-"""The coded shuffle in pure numpy: placement, XOR codec and closed-form loads.
+"""The coded shuffle in pure numpy: placement, XOR codec, hybrid families and loads.
 
-Knows nothing of torch or Dask; the training engine, the serial reference and the tests all
-build on it.
+Knows nothing of torch or Dask (scipy only solves for hybrid families); the training engine,
+the serial reference and the tests all build on it.
 """
 
 from dcoded.coding.codec import (
     as_bits,
     decode_piece,
     decode_value,
+    decode_value_piece,
+    decode_values,
     encode_packet,
+    encode_values,
     piece_length,
     sum_in_order,
+)
+from dcoded.coding.hybrid import (
+    HybridPlan,
+    best_m,
+    charged_value,
+    check_m,
+    covers,
+    feasible_m,
+    hybrid_plan,
+    profile,
 )
 from dcoded.coding.loads import (
     Load,
     allgather,
     coded_shuffle,
     cross_cluster_sum,
+    exchange_table,
+    hybrid_shuffle,
     load_table,
     parameter_server,
     ring_allreduce,
@@ -39,24 +54,37 @@ from dcoded.coding.placement import (
 )
 
 __all__ = [
+    "HybridPlan",
     "Load",
     "Placement",
     "allgather",
     "array_split_slices",
     "as_bits",
+    "best_m",
+    "charged_value",
     "check_layout",
+    "check_m",
     "clusters",
     "coded_shuffle",
+    "covers",
     "cross_cluster_sum",
     "decode_piece",
     "decode_value",
+    "decode_value_piece",
+    "decode_values",
     "encode_packet",
+    "encode_values",
+    "exchange_table",
+    "feasible_m",
     "groups",
+    "hybrid_plan",
+    "hybrid_shuffle",
     "label_without",
     "load_table",
     "parameter_server",
     "piece_length",
     "piece_slices",
+    "profile",
     "ring_allreduce",
     "segment_slices",
     "shuffle",

@@ -1,11 +1,17 @@
-"""Print the closed-form load table: ``python -m dcoded.coding --workers 4 [--group-size g]``."""
+"""Print the closed-form load tables: ``python -m dcoded.coding --workers 4 [--group-size g]``.
+
+The first table gives every scheme's counts in units of ``d``; the second sets the coded,
+summed and hybrid shuffles side by side, each with its egress, ingress and bus total, and
+names the best per ``r`` on a switch and on a bus.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from dcoded.coding.loads import load_table
+from dcoded.coding.hybrid import hybrid_plan
+from dcoded.coding.loads import exchange_table, load_table
 
 COLUMNS = [
     ("r", "r", "{:d}"),
@@ -15,6 +21,8 @@ COLUMNS = [
     ("uncoded_mc", "uncoded mc", "{:.4f}"),
     ("uncoded_uc", "uncoded uc", "{:.4f}"),
     ("reduce_scatter", "summed", "{:.4f}"),
+    ("hybrid_mc", "hybrid mc", "{:.4f}"),
+    ("hybrid_uc", "hybrid uc", "{:.4f}"),
     ("allgather_uc", "all-gather uc", "{:.4f}"),
     ("ring_allreduce", "ring AR", "{:.4f}"),
     ("param_server_up", "PS up", "{:.4f}"),
@@ -45,6 +53,51 @@ def format_table(n_workers: int, group_size: int | None = None, n_params: int | 
     return "\n".join(lines)
 
 
+def format_exchanges(
+    n_workers: int, group_size: int | None = None, n_params: int | None = None
+) -> str:
+    """The coded, summed and hybrid shuffles side by side (:func:`exchange_table`), in units
+    of ``d/g`` (or bytes for ``n_params``)."""
+    g = group_size or n_workers
+    rows = exchange_table(n_workers, group_size)
+    unit = f"bytes for d={n_params}" if n_params else f"units of d/{g}, one segment"
+
+    def num(x) -> str:
+        return f"{float(x) * 4 * n_params / g:,.0f}" if n_params else f"{float(x):.2f}"
+
+    head = ["r"]
+    for name in ("coded", "summed"):
+        head += [f"{name} out", f"{name} in", f"{name} bus"]
+    head += ["m", "groups", "hybrid out (max)", "hybrid in (max)", "hybrid bus", "switch", "bus"]
+    lines = [
+        f"Gradient exchange inside a cluster of g={g}, per worker ({unit}; out: what a worker "
+        "sends, each multicast packet once; in: what it receives; bus: all workers' out, one "
+        "shared medium; best on a switch: least max(out, in) at the busiest worker, on a bus: "
+        "least bus; hybrid at the m of least bus among the cached families: every m for "
+        "g <= 9, only m = r, CDC's own, beyond)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---:" for _ in head) + "|",
+    ]
+    for row in rows:
+        cells = [str(row["r"])]
+        for name in ("coded", "summed"):
+            p = row[name]
+            cells += [num(p.egress_mean), num(p.ingress_mean), num(p.bus)]
+        h, m = row["hybrid"], row["hybrid_m"]
+        cells += [
+            str(m),
+            str(len(hybrid_plan(g, row["r"], m).family)),
+            f"{num(h.egress_mean)} ({num(h.egress_max)})",
+            f"{num(h.ingress_mean)} ({num(h.ingress_max)})",
+            num(h.bus),
+            row["best_switch"],
+            row["best_bus"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dcoded.coding", description=__doc__)
     parser.add_argument("--workers", "-K", type=int, default=4, help="number of workers K")
@@ -53,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(format_table(args.workers, args.group_size, args.params))
+        print()
+        print(format_exchanges(args.workers, args.group_size, args.params))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

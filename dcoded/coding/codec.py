@@ -131,3 +131,87 @@ def sum_in_order(values: Sequence[np.ndarray]) -> np.ndarray:
     for v in values[1:]:
         acc += v
     return acc
+
+
+# --- the hybrid shuffle: the same exchange on values the sender computed -----------------------
+#
+# In group ``S`` of ``m + 1`` workers, ``values[k] = v(S, k)`` (a pre-summed segment, see
+# ``dcoded.coding.hybrid``) for the members whose value is non-empty. ``v(S, k)`` is cut into
+# ``m`` pieces, piece ``i`` carried by the ``i``-th member of ``S∖{k}``; absent values are
+# skipped on both sides.
+
+
+def _value_piece(group: Subset, k: int, j: int, value: np.ndarray) -> np.ndarray:
+    return value[piece_slices(len(value), len(group) - 1)[label_without(group, k).index(j)]]
+
+
+def _value_piece_length(group: Subset, k: int, j: int, length: int) -> int:
+    s = piece_slices(length, len(group) - 1)[label_without(group, k).index(j)]
+    return s.stop - s.start
+
+
+def encode_values(group: Subset, sender: int, values: Mapping[int, np.ndarray]) -> np.ndarray:
+    """``P(S, j)`` over pre-summed values: XOR of ``piece_j(v(S, k))`` for every ``k ≠ j`` in
+    ``values`` (uint32, zero-padded to the longest piece).
+
+    >>> v = {1: np.float32([1, 2]), 2: np.float32([3, 4])}
+    >>> hex(encode_values((0, 1, 2), 0, v)[0])  # the bits of 1.0 XOR those of 3.0
+    '0x7fc00000'
+    """
+    if sender not in group:
+        raise ValueError(f"sender {sender} is not a member of group {group}")
+    parts = [as_bits(_value_piece(group, k, sender, v)) for k, v in values.items() if k != sender]
+    if not parts:
+        raise ValueError(f"P({group},{sender}) carries nothing: no value for another member")
+    packet = np.zeros(max(len(p) for p in parts), dtype=np.uint32)
+    for p in parts:
+        packet[: len(p)] ^= p
+    return packet
+
+
+def decode_value_piece(
+    group: Subset,
+    sender: int,
+    receiver: int,
+    packet: np.ndarray,
+    values: Mapping[int, np.ndarray],
+    length: int,
+) -> np.ndarray:
+    """Recover ``piece_sender(v(S, receiver))`` from ``P(S, sender)``; ``values`` holds the
+    other non-empty ``v(S, k')`` (``k' ≠ sender, receiver``, computed by the receiver itself),
+    ``length`` the receiver's segment length. ``ValueError`` when the packet does not fit."""
+    if sender == receiver or sender not in group or receiver not in group:
+        raise ValueError(f"need two distinct members of {group}, got {sender} -> {receiver}")
+    packet = np.asarray(packet)
+    if packet.dtype != np.uint32 or packet.ndim != 1:
+        raise TypeError(f"packet must be a 1-d uint32 array, got {packet.dtype} {packet.shape}")
+    others = {k: v for k, v in values.items() if k not in (sender, receiver)}
+    n = _value_piece_length(group, receiver, sender, length)
+    expected = max([n] + [_value_piece_length(group, k, sender, len(v)) for k, v in others.items()])
+    if len(packet) != expected:
+        raise ValueError(
+            f"packet P({group},{sender}) has {len(packet)} elements, expected {expected}"
+        )
+    acc = packet.copy()
+    for k, v in others.items():
+        bits = as_bits(_value_piece(group, k, sender, v))
+        acc[: len(bits)] ^= bits
+    if np.any(acc[n:]):
+        raise ValueError(f"packet P({group},{sender}) does not decode cleanly at {receiver}")
+    return acc[:n].view(np.float32)
+
+
+def decode_values(
+    group: Subset,
+    receiver: int,
+    packets: Mapping[int, np.ndarray],
+    values: Mapping[int, np.ndarray],
+    length: int,
+) -> np.ndarray:
+    """``v(S, receiver)``: its ``m`` decoded pieces, concatenated in sender order."""
+    return np.concatenate(
+        [
+            decode_value_piece(group, j, receiver, packets[j], values, length)
+            for j in label_without(group, receiver)
+        ]
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import comb
 
+from dcoded.coding.hybrid import best_m, check_m, profile
 from dcoded.coding.placement import check_layout
 
 
@@ -67,6 +68,26 @@ def summed_shuffle(n_workers: int, redundancy: int) -> Load:
     return Load((K - r) / K, (K - r) / K)
 
 
+def hybrid_shuffle(n_workers: int, redundancy: int, m: int | None = None) -> Load:
+    """The hybrid shuffle at group size ``m + 1`` (default: :func:`~dcoded.coding.hybrid.best_m`),
+    exactly as its family and active pairs send (:mod:`dcoded.coding.hybrid`).
+
+    A worker multicasts one packet of ``(d/K)/m`` values per group where another member's
+    value is non-empty, and receives ``m`` such pieces, ``d/K`` values, per value of its own:
+    at most ``(m+1)·|𝒮|/(K² m)`` multicast and ``m`` times that unicast, equal when no
+    ``v(S, k)`` is empty. ``m = r`` is :func:`coded_shuffle`.
+
+    >>> hybrid_shuffle(6, 4)  # m = 2, four groups of three: 1/6 of d out, 1/3 in
+    Load(multicast=0.16666666666666666, unicast=0.3333333333333333)
+    """
+    K, r = n_workers, redundancy
+    check_layout(K, r)
+    if m is not None:
+        check_m(K, r, m)
+    p = profile(K, r, "hybrid", m)
+    return Load(float(p.egress_mean / K), float(p.ingress_mean / K))
+
+
 def allgather(n_workers: int) -> Load:
     """All-gather of the updated segments: ``1/K`` multicast (own segment once), ``(K-1)/K``
     unicast (own segment to each of the ``K-1`` others)."""
@@ -103,14 +124,24 @@ def cross_cluster_sum(n_workers: int, group_size: int) -> Load:
 
 
 #: The gradient exchanges of one placement (``coding.shuffle``).
-SCHEMES = {"coded": coded_shuffle, "uncoded": uncoded_shuffle, "summed": summed_shuffle}
+SCHEMES = {
+    "coded": coded_shuffle,
+    "uncoded": uncoded_shuffle,
+    "summed": summed_shuffle,
+    "hybrid": hybrid_shuffle,
+}
 
 
 def shuffle(
-    n_workers: int, redundancy: int, group_size: int | None = None, scheme: str = "coded"
+    n_workers: int,
+    redundancy: int,
+    group_size: int | None = None,
+    scheme: str = "coded",
+    hybrid_m: int | None = None,
 ) -> Load:
-    """The gradient exchange ``scheme`` (``coded``, ``uncoded`` or ``summed``) with group size
-    ``g``: the shuffle inside a cluster of ``g`` plus the cross-cluster sum.
+    """The gradient exchange ``scheme`` (``coded``, ``uncoded``, ``summed`` or ``hybrid`` at
+    ``hybrid_m``) with group size ``g``: the shuffle inside a cluster of ``g`` plus the
+    cross-cluster sum.
 
     >>> shuffle(4, 2, scheme="summed")
     Load(multicast=0.5, unicast=0.5)
@@ -118,7 +149,10 @@ def shuffle(
     g = check_layout(n_workers, redundancy, group_size)
     if scheme not in SCHEMES:
         raise ValueError(f"shuffle scheme {scheme!r} is not known: choose one of {tuple(SCHEMES)}")
-    inner = SCHEMES[scheme](g, redundancy)
+    if scheme == "hybrid":
+        inner = hybrid_shuffle(g, redundancy, hybrid_m)
+    else:
+        inner = SCHEMES[scheme](g, redundancy)
     extra = cross_cluster_sum(n_workers, g)
     return Load(inner.multicast + extra.multicast, inner.unicast + extra.unicast)
 
@@ -131,6 +165,7 @@ def load_table(n_workers: int, group_size: int | None = None) -> list[dict[str, 
         coded = shuffle(n_workers, r, g, "coded")
         uncoded = shuffle(n_workers, r, g, "uncoded")
         summed = shuffle(n_workers, r, g, "summed")
+        hybrid = shuffle(n_workers, r, g, "hybrid")
         ag = allgather(g)
         ps_up, _ = parameter_server(n_workers)
         rows.append(
@@ -142,10 +177,42 @@ def load_table(n_workers: int, group_size: int | None = None) -> list[dict[str, 
                 "uncoded_mc": uncoded.multicast,
                 "uncoded_uc": uncoded.unicast,
                 "reduce_scatter": summed.unicast,
+                "hybrid_m": best_m(g, r),
+                "hybrid_mc": hybrid.multicast,
+                "hybrid_uc": hybrid.unicast,
                 "allgather_mc": ag.multicast,
                 "allgather_uc": ag.unicast,
                 "ring_allreduce": ring_allreduce(n_workers).unicast,
                 "param_server_up": ps_up.unicast,
             }
         )
+    return rows
+
+
+#: The gradient exchanges compared by :func:`exchange_table`, in order of preference on a tie.
+COMPARED = ("summed", "coded", "hybrid")
+
+
+def exchange_table(n_workers: int, group_size: int | None = None) -> list[dict]:
+    """Per redundancy ``r = 1..g``, the coded, summed and hybrid shuffles inside a cluster of
+    ``g``, in units of ``d/g`` (one segment) per worker: each one's egress (what a worker
+    sends, a multicast packet once; mean and busiest), ingress (what a worker receives) and bus
+    total (every worker's egress: what one shared medium carries), and the best scheme on a
+    switch (least ``max(busiest egress, busiest ingress)``) and on a bus (least total).
+
+    The cross-cluster sum of ``g < K`` is the same for every scheme and is left out.
+    """
+    g = check_layout(n_workers, 1, group_size)
+    rows = []
+    for r in range(1, g + 1):
+        m = best_m(g, r)
+        row = {"r": r, "hybrid_m": m}
+        for name in COMPARED:
+            p = profile(g, r, name, m if name == "hybrid" else None)
+            row[name] = p
+        switch = {n: max(row[n].egress_max, row[n].ingress_max) for n in COMPARED}
+        bus = {n: row[n].bus for n in COMPARED}
+        row["best_switch"] = "=".join(n for n in COMPARED if switch[n] == min(switch.values()))
+        row["best_bus"] = "=".join(n for n in COMPARED if bus[n] == min(bus.values()))
+        rows.append(row)
     return rows

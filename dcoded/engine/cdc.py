@@ -1,9 +1,9 @@
-"""CDC-SSGD on Dask futures (``transport=dask``): map, shuffle (coded, uncoded or summed),
+"""CDC-SSGD on Dask futures (``transport=dask``): map, shuffle (coded, uncoded, summed or hybrid),
 reduce, update, all-gather; every transfer is a Dask dependency, which the dashboard shows.
 
 Every task is pinned to its worker (``workers=[...]``, ``allow_other_workers=False``). A
 worker's map output stays where it was computed; only shuffle messages
-(``pkt``/``unc``/``sum``), reduced segments across clusters (``red``) and updated segments
+(``pkt``/``unc``/``sum``/``hyb``), reduced segments across clusters (``red``) and updated segments
 (``seg``) move, worker to worker, as Dask dependencies. The next step's maps depend on the
 owners' updated segments, so the all-gather is peer to peer and the driver only submits work
 and collects metrics. At ``r = K`` nothing moves: each worker's step waits on its previous one.
@@ -55,11 +55,12 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
         maps[j] = submit(tasks.cdc_map, j, "map", *owners)
 
     received: dict[int, dict] = {k: {} for k in range(K)}
-    kind = {"coded": "pkt", "uncoded": "unc", "summed": "sum"}[spec.shuffle]
+    kind = {"coded": "pkt", "uncoded": "unc", "summed": "sum", "hybrid": "hyb"}[spec.shuffle]
+    plan = spec.hybrid
     for c in range(p.n_clusters):
         for j in range(p.g):
             sender = p.global_id(c, j)
-            for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, j):
+            for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, j, plan):
                 message = submit(tasks.cdc_send, sender, kind, tag, maps[sender], key_parts=tag[1:])
                 for k in receivers:
                     received[p.global_id(c, k)][tag] = message

@@ -328,7 +328,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
     # transport.overlap), so the network works while the map goes on
     unsent = {
         tag: (receivers, tasks.message_needs(p, tag))
-        for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me)
+        for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me, spec.hybrid)
     }
     counts, encoding = defaultdict(int), [0.0]
 
@@ -339,7 +339,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         for tag in ready:
             receivers, _ = unsent.pop(tag)
             message = tasks.payload(st, tag, grads)
-            for field, n in tasks.sent_bytes(tag, message).items():
+            for field, n in tasks.sent_bytes(p, tag, message).items():
                 counts[field] += n
             out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
         encoding[0] += time.time() - t
@@ -355,7 +355,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
     tasks.record(
         run_id, step=step, rank=rank, phase="encode", start=now - encoding[0], stop=now, **counts
     )
-    wanted = tasks.shuffle_receives(p, spec.shuffle, me)
+    wanted = tasks.shuffle_receives(p, spec.shuffle, me, spec.hybrid)
     got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
 
     t = time.time()

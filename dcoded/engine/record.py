@@ -25,7 +25,7 @@ from dcoded.engine import tasks
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
 #: Dask keys of the gradient exchange and of the parameter distribution, by kind.
-SHUFFLE_KINDS = frozenset({"pkt", "unc", "sum", "red", "grad"})
+SHUFFLE_KINDS = frozenset({"pkt", "unc", "sum", "hyb", "red", "grad"})
 PARAM_KINDS = frozenset({"seg"})
 
 HISTORY_COLUMNS = [

@@ -1,7 +1,7 @@
 """The serial reference: exactly the CDC math in one process, without Dask or the codec.
 
 Same placement, same per-sub-batch summed gradients, same fixed summation order (sub-batches
-in lexicographic order, or the summed shuffle's order; then clusters in order), the same
+in lexicographic order, or the summed or hybrid shuffle's order; then clusters in order), the same
 optimizer sharded by segment. Each sub-batch gradient is computed once here (``r`` times on
 the cluster), and ``G[k]`` is summed directly from the true gradients, so agreement with
 ``cdc`` bit for bit checks the placement, the shuffle, the codec and the plumbing at once.
@@ -12,18 +12,29 @@ from __future__ import annotations
 import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
-from dcoded.coding import Placement, sum_in_order, summed_plan
+from dcoded.coding import HybridPlan, Placement, sum_in_order, summed_plan
 from dcoded.engine.driving import Clock, Context, after_step, steps_per_epoch
 from dcoded.optim import SegmentOptimizer
 
 
-def reduce_in_order(p: Placement, shuffle: str, grads: dict, seg: slice, k: int) -> np.ndarray:
+def reduce_in_order(
+    p: Placement, shuffle: str, grads: dict, seg: slice, k: int, plan: HybridPlan | None = None
+) -> np.ndarray:
     """``G[k]`` of one cluster from the true sub-batch gradients, in the order the workers sum.
 
     Coded and uncoded: every ``g_T[k]`` in lexicographic order of ``T``. Summed: the owner's
     own ``g_T[k]`` (``T ∋ k``), then each sender's pre-added part in ascending order of sender,
-    each part summed in lexicographic order of ``T``.
+    each part summed in lexicographic order of ``T``. Hybrid (``plan``): the owner's own
+    ``g_T[k]``, then each non-empty ``v(S, k)`` in family order, each the sum of its charged
+    ``g_T[k]`` in lexicographic order of ``T`` (no codec: the true gradients).
     """
+    if shuffle == "hybrid":
+        own = [grads[t][seg] for t in p.sub_batches if k in t]
+        parts = [
+            sum_in_order([grads[t][seg] for t in plan.charges[(group, k)]])
+            for group in plan.values_for(k)
+        ]
+        return sum_in_order(own + parts)
     if shuffle != "summed":
         return sum_in_order([grads[t][seg] for t in p.sub_batches])
     own = [grads[t][seg] for t in p.sub_batches if k in t]
@@ -58,7 +69,10 @@ def train_serial(ctx: Context) -> np.ndarray:
                 grads[label], sub_loss = replica.grad_sum(idx[samples])
                 loss += sub_loss
             reduced.append(
-                [reduce_in_order(p, spec.shuffle, grads, s, k) for k, s in enumerate(segments)]
+                [
+                    reduce_in_order(p, spec.shuffle, grads, s, k, spec.hybrid)
+                    for k, s in enumerate(segments)
+                ]
             )
         t1 = clock.now()
         theta = np.concatenate(

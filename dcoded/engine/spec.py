@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from dcoded.coding import Placement
+from dcoded.coding import HybridPlan, Placement, hybrid_plan
 
 ALGORITHMS = ("cdc", "serial", "ssgd", "asgd", "ddp")
 #: The gradient exchanges of ``cdc`` (``coding.shuffle``).
-SHUFFLES = ("coded", "uncoded", "summed")
+SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
 #: How ``cdc``'s packets and segments travel (``transport``).
 TRANSPORTS = ("dask", "direct", "multicast")
 
@@ -32,6 +32,8 @@ class RunSpec:
     redundancy: int = 1
     group_size: int | None = None
     shuffle: str = "coded"
+    #: ``coding.hybrid_m`` (``shuffle=hybrid``): groups of ``m + 1``; set by ``build_spec``
+    hybrid_m: int | None = None
     seed: int = 0
     eval_every: int = 50
     torch_threads: int = 1
@@ -49,6 +51,14 @@ class RunSpec:
     @property
     def placement(self) -> Placement:
         return Placement(self.n_workers, self.redundancy, self.group_size)
+
+    @property
+    def hybrid(self) -> HybridPlan | None:
+        """The hybrid shuffle's family and charges (one cluster), or ``None``."""
+        if self.shuffle != "hybrid":
+            return None
+        p = self.placement
+        return hybrid_plan(p.g, self.redundancy, self.hybrid_m)
 
     @property
     def replicated(self) -> bool:

@@ -7,8 +7,8 @@ segments. Every task records where its time went; the driver drains these record
 :func:`pull` through ``client.run``.
 
 Task keys are ``"dcoded-{kind}-{run_id}/{step}/..."`` so the transfer logs can be attributed to a
-step and a kind (``seg``: all-gather, ``pkt``/``unc``/``sum``: shuffle, ``red``: cross-cluster sum,
-``sum``: pre-summed parts, ``grad``: gradient to the parameter server).
+step and a kind (``seg``: all-gather, ``pkt``/``unc``/``sum``/``hyb``: shuffle, ``red``:
+cross-cluster sum, ``sum``: pre-summed parts, ``grad``: gradient to the parameter server).
 """
 
 from __future__ import annotations
@@ -23,10 +23,15 @@ import numpy as np
 
 from dcoded.checkpoint import slice_state
 from dcoded.coding import (
+    HybridPlan,
     Placement,
     array_split_slices,
+    charged_value,
     decode_value,
+    decode_values,
     encode_packet,
+    encode_values,
+    hybrid_plan,
     label_without,
     sum_in_order,
     summed_plan,
@@ -215,12 +220,23 @@ def _log_entry(e: dict, clock_shift: float = 0.0) -> dict:
 # ``engine/cdc.py`` runs each piece as a task, the ``direct`` loop of ``engine/direct.py``
 # calls them in turn. A shuffle message is named by a *tag*: ``("pkt", S, j)`` the coded packet
 # ``P(S, j)``, ``("unc", S, k)`` the value ``v(S, k)`` sent whole, ``("sum", j, k)`` the sum
-# sender ``j`` pre-adds for owner ``k`` (local indices throughout).
+# sender ``j`` pre-adds for owner ``k``, ``("hyb", S, j)`` the hybrid packet over the pre-summed
+# values ``v(S, ·)`` of group ``S`` (its plan: :func:`plan_of`) (local indices throughout).
 
 
-def shuffle_sends(p: Placement, shuffle: str, local: int) -> list[tuple[tuple, list[int]]]:
-    """``(tag, receivers)`` of every message the worker of local index ``local`` sends."""
+def plan_of(p: Placement, group: tuple) -> HybridPlan:
+    """The hybrid plan a ``hyb`` tag belongs to: groups of ``m + 1`` workers."""
+    return hybrid_plan(p.g, p.redundancy, len(group) - 1)
+
+
+def shuffle_sends(
+    p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
+) -> list[tuple[tuple, list[int]]]:
+    """``(tag, receivers)`` of every message the worker of local index ``local`` sends
+    (``plan``: the hybrid shuffle's, for ``shuffle="hybrid"``)."""
     out = []
+    if shuffle == "hybrid":
+        return [(("hyb", group, local), ks) for group, ks in plan.sends(local)]
     if shuffle == "summed":
         for k in range(p.g):
             if k != local and local in summed_plan(p.g, p.redundancy, k):
@@ -234,8 +250,14 @@ def shuffle_sends(p: Placement, shuffle: str, local: int) -> list[tuple[tuple, l
     return out
 
 
-def shuffle_receives(p: Placement, shuffle: str, local: int) -> list[tuple[tuple, int]]:
+def shuffle_receives(
+    p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
+) -> list[tuple[tuple, int]]:
     """``(tag, sender)`` of every message the owner of segment ``local`` needs."""
+    if shuffle == "hybrid":
+        return [
+            (("hyb", group, j), j) for group in plan.values_for(local) for j in group if j != local
+        ]
     if shuffle == "summed":
         return [(("sum", j, local), j) for j in summed_plan(p.g, p.redundancy, local)]
     if shuffle == "coded":
@@ -246,7 +268,9 @@ def shuffle_receives(p: Placement, shuffle: str, local: int) -> list[tuple[tuple
 def message_values(p: Placement, tag: tuple) -> float:
     """How long message ``tag`` is, in units of ``d`` (the closed form: pieces and segments
     of lengths that do not divide evenly differ by one value)."""
-    return 1 / (p.g * p.redundancy) if tag[0] == "pkt" else 1 / p.g
+    if tag[0] in ("pkt", "hyb"):  # a packet of pieces of 1/m of a segment (m = r for CDC)
+        return 1 / (p.g * (len(tag[1]) - 1))
+    return 1 / p.g
 
 
 def step_messages(p: Placement, shuffle: str) -> dict[str, list[tuple[int, list[int], float]]]:
@@ -282,6 +306,10 @@ def message_needs(p: Placement, tag: tuple) -> set:
         return {label_without(group, k) for k in group if k != j}
     if kind == "unc":
         return {label_without(tag[1], tag[2])}
+    if kind == "hyb":
+        group, j = tag[1], tag[2]
+        plan = plan_of(p, group)
+        return {t for k in plan.receivers(group, j) for t in plan.charges[(group, k)]}
     return set(summed_plan(p.g, p.redundancy, tag[2])[tag[1]])
 
 
@@ -327,6 +355,13 @@ def payload(st: WorkerState, tag: tuple, grads: dict) -> np.ndarray:
     if kind == "unc":
         group, k = tag[1], tag[2]
         return grads[label_without(group, k)][st.segments[k]].copy()
+    if kind == "hyb":
+        group, plan = tag[1], plan_of(p, tag[1])
+        values = {
+            k: charged_value(plan, group, k, grads, st.segments)
+            for k in plan.receivers(group, st.local)
+        }
+        return encode_values(group, st.local, values)
     k = tag[2]
     plan = summed_plan(p.g, p.redundancy, k)[st.local]
     return sum_in_order([grads[t][st.segments[k]] for t in plan])
@@ -337,9 +372,23 @@ def reduce_segment(st: WorkerState, grads: dict, received: dict) -> np.ndarray:
 
     Coded and uncoded: ``Σ_T g_T[k]`` over every sub-batch in lexicographic order, decoding
     what it lacks. Summed: its own ``g_T[k]`` (lexicographic), then the received sums in
-    ascending order of sender; ``serial`` sums in the same orders.
+    ascending order of sender. Hybrid: its own ``g_T[k]`` (lexicographic), then each decoded
+    ``v(S, k)`` in family order (decoded with the other members' ``v(S, k')``, which it sums
+    itself as their senders do). ``serial`` sums in the same orders.
     """
     k, seg, p = st.local, st.segments[st.local], st.placement
+    if st.spec.shuffle == "hybrid":
+        plan = st.spec.hybrid
+        values = []
+        for group in plan.values_for(k):
+            known = {
+                i: charged_value(plan, group, i, grads, st.segments)
+                for i in plan.active(group)
+                if i != k
+            }
+            packets = {j: received[("hyb", group, j)] for j in group if j != k}
+            values.append(decode_values(group, k, packets, known, seg.stop - seg.start))
+        return sum_in_order([grads[t][seg] for t in p.sub_batches if k in t] + values)
     if st.spec.shuffle == "summed":
         own = [grads[t][seg] for t in p.sub_batches if k in t]
         return sum_in_order(own + [received[tag] for tag, _ in shuffle_receives(p, "summed", k)])
@@ -375,9 +424,14 @@ def _digest(values: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(values).view(np.uint8), digest_size=8).hexdigest()
 
 
-def sent_bytes(tag: tuple, message: np.ndarray) -> dict:
+def sent_bytes(p: Placement, tag: tuple, message: np.ndarray) -> dict:
     """What a message moves: once (multicast), once per receiver (unicast)."""
-    receivers = len(tag[1]) - 1 if tag[0] == "pkt" else 1
+    if tag[0] == "pkt":
+        receivers = len(tag[1]) - 1
+    elif tag[0] == "hyb":
+        receivers = len(plan_of(p, tag[1]).receivers(tag[1], tag[2]))
+    else:
+        receivers = 1
     return {"multicast": message.nbytes, "unicast": message.nbytes * receivers}
 
 
@@ -408,7 +462,7 @@ def cdc_send(run_id: str, rank: int, step: int, tag: tuple, grads: dict) -> np.n
         phase="encode",
         start=t0,
         stop=time.time(),
-        **sent_bytes(tag, message),
+        **sent_bytes(st.placement, tag, message),
     )
     return message
 
