@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,8 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
         settings["distributed.worker.multiprocessing-method"] = start_method
     with stack, dask.config.set(settings):
         if cfg["kind"] == "local":
+            if processes:
+                stack.enter_context(_main_not_rerun())
             if processes and start_method == "forkserver":
                 _preload_forkserver()
             # loopback only, nothing is exposed; in-process workers talk in memory (inproc://)
@@ -147,6 +150,28 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
         )
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start worker processes without running the caller's ``__main__`` again in each.
+
+    multiprocessing re-runs the main script (or module) in every process it starts, as
+    ``__mp_main__``: a script that calls ``run`` at top level without an ``if __name__ ==
+    "__main__":`` guard would start a cluster in every worker, and code piped to ``python -``
+    fails on ``<stdin>``. The workers need nothing from ``__main__`` (their code is dcoded's and
+    distributed's), so it is hidden from multiprocessing while the cluster lives (a nanny may
+    restart a worker later).
+    """
+    main = vars(sys.modules["__main__"])
+    # a script is found by __file__, a module run with -m by __spec__; a notebook has neither
+    hidden = {key: main.pop(key) for key in ("__file__", "__spec__") if key in main}
+    main["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.pop("__spec__")
+        main.update(hidden)
 
 
 def _preload_forkserver() -> None:

@@ -14,7 +14,9 @@ import json
 import math
 import platform
 import re
+import sys
 import tempfile
+import types
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -468,3 +470,14 @@ def format_results(summary: dict) -> str:
         f"  param_sha256 {summary['param_sha256'][:16]}…",
     ]
     return "\n".join(lines)
+
+
+class _CallableModule(types.ModuleType):
+    """``from dcoded import run`` finds this module (a package's submodule takes the package
+    attribute of its name), so calling the module calls :func:`run`."""
+
+    def __call__(self, *args, **kwargs) -> dict:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
