@@ -117,7 +117,10 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                     n_workers=n_workers,
                     threads_per_worker=1,
                     processes=processes,
-                    dashboard_address="127.0.0.1:0" if cfg.get("dashboard") else None,
+                    # Dask's scheduler serves HTTP (health, metrics) even without a dashboard;
+                    # a fixed port (its default, 8787) would collide with any other Dask here
+                    dashboard_address="127.0.0.1:0",
+                    scheduler_kwargs={"dashboard": bool(cfg.get("dashboard"))},
                     **where,
                     silence_logs=getattr(logging, str(cfg.get("log_level", "critical")).upper()),
                 )

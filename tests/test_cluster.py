@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 from distributed import LocalCluster
+from distributed.node import ServerNode
 from distributed.security import Security
+from distributed.utils import clean_dashboard_address
 
 import dcoded.run
 from dcoded.cluster import ClusterError
 from dcoded.config import compose_config
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_config
 
 NO_PROCESSES = [o for o in TINY if "processes" not in o]
 
@@ -85,3 +87,21 @@ def test_incomplete_tls_settings_fail_before_connecting(tmp_path):
     )
     with pytest.raises(dcoded.run.ConfigError, match=r"cluster\.tls needs"):
         dcoded.run.run(cfg)
+
+
+def test_no_fixed_port_is_taken_without_a_dashboard(monkeypatch, recwarn):
+    """Dask's scheduler serves HTTP even without a dashboard, by default on port 8787: every
+    run warned "Port 8787 is already in use" while another Dask ran. Each server asks for a
+    free port instead, and no dashboard is started unless cluster.dashboard is set."""
+    asked = []
+    real = ServerNode.start_http_server
+
+    def record(self, routes, dashboard_address, default_port=0, **kwargs):
+        ports = [a["port"] for a in clean_dashboard_address(dashboard_address or default_port)]
+        asked.append((type(self).__name__, ports))
+        return real(self, routes, dashboard_address, default_port, **kwargs)
+
+    monkeypatch.setattr(ServerNode, "start_http_server", record)
+    dcoded.run.run(tiny_config())
+    assert ("Scheduler", [0]) in asked and all(ports == [0] for _, ports in asked)
+    assert not [w for w in recwarn if "already in use" in str(w.message)]
