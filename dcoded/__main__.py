@@ -10,6 +10,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dcoded.config import CONFIG_DIR
+from dcoded.interrupt import Interrupted, sigterm_as_interrupt
 from dcoded.netem import NetemRunFailed
 from dcoded.run import CLEAN_ERRORS, format_results, run
 
@@ -26,13 +27,18 @@ def app(cfg: DictConfig) -> float | None:
     except CLEAN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: the run wrote what it measured
+        stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+        print(f"interrupted: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_code)
     print(format_results(summary))
     print(f"  outputs: {out_dir}")
     return summary["final"]["test_accuracy"]
 
 
 def main() -> None:
-    app()
+    with sigterm_as_interrupt():
+        app()
 
 
 if __name__ == "__main__":

@@ -111,6 +111,7 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                 where = {
                     "host": "127.0.0.1",
                     "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                    "preload": ["dcoded.worker_signals"],
                 }
             cluster = stack.enter_context(
                 LocalCluster(

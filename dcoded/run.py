@@ -14,6 +14,7 @@ import json
 import math
 import platform
 import re
+import signal
 import sys
 import tempfile
 import types
@@ -41,6 +42,7 @@ from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, RunSpec
 from dcoded.engine.tasks import ReplicaMissing
+from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
 from dcoded.optim import SegmentOptimizer, check_optimizer
@@ -238,11 +240,18 @@ def run(
     this process (the jobs of a multirun) instead of building one per run.
 
     A run that fails after training started keeps what it had: ``history.csv`` up to the
-    failure and the last checkpoint, which the error message names.
+    failure and the last checkpoint, which the error message names. Stopped by Ctrl-C or
+    SIGTERM, it also writes ``summary.json`` (``"status": "interrupted"``) and raises
+    :class:`~dcoded.interrupt.Interrupted`, a ``KeyboardInterrupt`` saying what it kept.
 
     >>> from dcoded.config import compose_config  # doctest: +SKIP
     >>> summary = run(compose_config(["train.steps=20"]))  # doctest: +SKIP
     """
+    with sigterm_as_interrupt():
+        return _run(cfg, out_dir, progress, reuse_network)
+
+
+def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool) -> dict:
     spec, reference, resume = build_spec(cfg)
     c = _plain(cfg)
     if c["cluster"]["kind"] == "netem":
@@ -263,10 +272,10 @@ def run(
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
     if resume:
         log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
+    cluster_info: dict = {"kind": "none", "workers": []}
     try:
         if spec.algorithm == "serial":
             theta = train_fn(ctx)
-            cluster_info = {"kind": "none", "workers": []}
         else:
             with open_cluster(c["cluster"], spec.n_workers, spec.run_id) as session:
                 if session.dashboard:
@@ -274,22 +283,28 @@ def run(
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
                     log.peers = set(session.workers)
                 ctx.client, ctx.workers = session.client, list(session.workers)
-                probe = _wire_probe(c["cluster"])
-                wire0 = probe()
-                theta = train_fn(ctx)
-                wire1 = probe()
-                if wire0 is not None:
-                    log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
                 kind = "netem" if c["cluster"].get("netem") else session.kind
                 cluster_info = {
                     "kind": kind,
                     "workers": session.workers,
                     **({"netem": c["cluster"]["netem"]} if kind == "netem" else {}),
                 }
+                try:
+                    probe = _wire_probe(c["cluster"])
+                    wire0 = probe()
+                    theta = train_fn(ctx)
+                    wire1 = probe()
+                except BaseException:
+                    _last_pull(ctx)  # while the cluster is still there
+                    raise
+                if wire0 is not None:
+                    log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
     except BaseException as e:
-        if run_dir is not None:
-            _last_pull(ctx)
-            write_history(run_dir / "history.csv", log.history())
+        rows = log.history()
+        if run_dir is not None and rows:
+            write_history(run_dir / "history.csv", rows)
+        if isinstance(e, KeyboardInterrupt):
+            raise _interrupted(e, ctx, rows, cluster_info, started) from None
         if isinstance(e, RUN_ERRORS):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
         raise
@@ -301,6 +316,22 @@ def run(
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _interrupted(
+    e: KeyboardInterrupt, ctx: Context, rows: list[dict], cluster_info: dict, started
+) -> Interrupted:
+    """Write the summary of what ran before the interruption; the one line to end on."""
+    signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+    done = rows[-1]["step"] + 1 if rows else ctx.start_step
+    line = f"stopped by {signal_name(signum)} after step {done} of {ctx.spec.steps}"
+    if ctx.run_dir is not None and rows:
+        summary = make_summary(
+            ctx.spec, ctx.reference, ctx.log, rows, None, cluster_info, started, "interrupted"
+        )
+        write_summary(ctx.run_dir, summary)
+        line += f"; history.csv and summary.json are in {ctx.run_dir}"
+    return Interrupted(f"{line}; {_resume_hint(ctx)}", signum)
 
 
 def _last_pull(ctx: Context) -> None:
@@ -346,7 +377,11 @@ def theory(spec: RunSpec, d: int) -> dict:
     return {"multicast": b.multicast, "unicast": b.unicast, "params": params * d * 4}
 
 
-def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> dict:
+def make_summary(
+    spec, reference, log, rows, theta, cluster_info, started, status: str = "finished"
+) -> dict:
+    """The run's ``summary.json``; ``status`` is ``finished`` or ``interrupted`` (then
+    ``theta`` is ``None``: the parameters stayed on the workers, the checkpoint has them)."""
     d = reference.n_params
     last = rows[-1] if rows else {}
     times = log.time_medians(rows)
@@ -357,6 +392,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
     summary = {
+        "status": status,
         "algorithm": spec.algorithm,
         "n_workers": spec.n_workers,
         "redundancy": spec.redundancy if placed else None,
@@ -366,6 +402,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         "dataset": spec.dataset["name"],
         "batch_size": spec.batch_size,
         "steps": spec.steps,
+        "steps_done": last["step"] + 1 if rows else 0,
         "seed": spec.seed,
         "n_params": d,
         "final": {
@@ -397,7 +434,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             if log.wire
             else None,
         },
-        "param_sha256": param_sha256(theta),
+        "param_sha256": param_sha256(theta) if theta is not None else None,
         "staleness_mean": float(np.mean(stale)) if stale else None,
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events),
@@ -426,10 +463,16 @@ def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndar
     with open(out_dir / "theta.npy.tmp", "wb") as f:
         np.save(f, np.asarray(theta, dtype="<f4"))
     (out_dir / "theta.npy.tmp").replace(out_dir / "theta.npy")
+    write_summary(out_dir, summary)
+    write_history(out_dir / "history.csv", rows)
+
+
+def write_summary(out_dir: Path, summary: dict) -> None:
+    """``summary.json``, written to a temporary name then renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out_dir / "summary.json")
-    write_history(out_dir / "history.csv", rows)
 
 
 def format_results(summary: dict) -> str:

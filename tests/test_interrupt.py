@@ -1,0 +1,111 @@
+"""Ctrl-C and SIGTERM (what ``timeout``, Slurm and Kubernetes send) stop a run cleanly: it
+writes what it measured (``history.csv``, ``summary.json`` marked interrupted), keeps its
+checkpoint, and the command ends with one line, no traceback."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dcoded.run
+from dcoded import checkpoint
+from dcoded.engine.replica import Replica
+from dcoded.interrupt import Interrupted, sigterm_as_interrupt
+from tests.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _history(run_dir: Path) -> list[dict]:
+    with open(run_dir / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_sigterm_during_training_writes_history_and_summary(tmp_path, monkeypatch):
+    real = Replica.step_samples
+
+    def step_samples(self, step):
+        if step == 7:  # as `timeout` would, in the middle of step 7
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, step)
+
+    monkeypatch.setattr(Replica, "step_samples", step_samples)
+    with pytest.raises(Interrupted) as err:
+        dcoded.run.run(
+            tiny_config("algorithm=serial", "train.steps=50", "train.checkpoint_every=5"),
+            out_dir=tmp_path,
+        )
+    assert err.value.exit_code == 128 + signal.SIGTERM
+    message = str(err.value)
+    assert message.startswith("stopped by SIGTERM after step 7 of 50") and "\n" not in message
+    assert f"train.resume={tmp_path}" in message
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps_done"] == 7
+    assert summary["param_sha256"] is None and summary["final"]["train_loss"] > 0
+    assert [int(r["step"]) for r in _history(tmp_path)] == list(range(7))
+    assert checkpoint.load(tmp_path).step == 5
+    assert not (tmp_path / "theta.npy").exists()  # the final parameters were never reached
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is run's only
+
+
+def test_a_handler_of_the_caller_is_left_alone():
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, signum):
+    """As `timeout` or Ctrl-C in a terminal deliver it: to the driver and its worker
+    processes at once. Before, SIGTERM left no history.csv nor summary.json, and Ctrl-C printed
+    a traceback from the driver and one from every worker."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "progress=false",
+            "train.steps=100000",
+            "train.checkpoint_every=5",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.npz").exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted: stopped by {name} after step")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = _history(run_dir)
+    assert summary["status"] == "interrupted" and summary["steps_done"] == len(rows) >= 5
+    # the workers lived until the driver collected their records of the last steps
+    assert all(r["map_s"] and r["bytes_unicast"] for r in rows)
+    assert 5 <= checkpoint.load(run_dir).step <= len(rows)
