@@ -32,7 +32,7 @@ from dcoded.checkpoint import Checkpoint, CheckpointError, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
 from dcoded.coding import loads
-from dcoded.data import DatasetError, check_dataset
+from dcoded.data import DatasetError, absolute_path, check_dataset
 from dcoded.engine.cdc import train_cdc
 from dcoded.engine.ddp import train_ddp
 from dcoded.engine.driving import Context, Divergence, Progress, StepTimeout, WorkerLost
@@ -46,6 +46,7 @@ from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
 from dcoded.optim import SegmentOptimizer, check_optimizer
+from dcoded.preflight import check_workers, thread_warning
 
 TRAINERS = {
     "cdc": train_cdc,
@@ -129,7 +130,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         n_workers=n_workers,
         batch_size=batch,
         steps=1,
-        dataset=c.get("dataset", {}),
+        dataset=absolute_path(c.get("dataset", {})),  # the workers may run in other folders
         model=model,
         optimizer=c.get("optimizer", {}),
         redundancy=r,
@@ -283,12 +284,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool) -> d
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
                     log.peers = set(session.workers)
                 ctx.client, ctx.workers = session.client, list(session.workers)
-                kind = "netem" if c["cluster"].get("netem") else session.kind
-                cluster_info = {
-                    "kind": kind,
-                    "workers": session.workers,
-                    **({"netem": c["cluster"]["netem"]} if kind == "netem" else {}),
-                }
+                cluster_info = _ask_workers(ctx, session, c["cluster"])
                 try:
                     probe = _wire_probe(c["cluster"])
                     wire0 = probe()
@@ -316,6 +312,25 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool) -> d
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
+    """What the summary records of the cluster, with what every worker has; stops before
+    training if a worker cannot read the data, and warns of workers with several threads."""
+    facts = ctx.bounded(
+        "asking the workers", check_workers, session.client, session.workers, ctx.spec.dataset
+    )
+    warning = thread_warning(facts)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+        ctx.log.note(warning)
+    kind = "netem" if cluster.get("netem") else session.kind
+    return {
+        "kind": kind,
+        "workers": session.workers,
+        "per_worker": facts,
+        **({"netem": cluster["netem"]} if kind == "netem" else {}),
+    }
 
 
 def _interrupted(
@@ -444,6 +459,7 @@ def make_summary(
             "cluster": cluster_info["kind"],
             **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
             "workers": cluster_info["workers"],
+            "per_worker": cluster_info.get("per_worker", {}),
             "python": platform.python_version(),
             "torch": torch.__version__,
             "dask": dask.__version__,
@@ -475,6 +491,30 @@ def write_summary(out_dir: Path, summary: dict) -> None:
     tmp.replace(out_dir / "summary.json")
 
 
+def _resources(env: Mapping) -> str:
+    """What the workers ran on, as they reported it (the driver's cores where they did not).
+
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {}})
+    '2 cores, per worker: 1 Dask thread, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 8, "threads": 1},
+    ...     "b": {"host": "n2", "cores": 16, "threads": 4}}})
+    '2 hosts of 8/16 cores, per worker: 1/4 Dask threads, 1 torch thread'
+    """
+    per = list(env.get("per_worker", {}).values())
+    cores = {f["host"]: f["cores"] for f in per}
+    where = "/".join(str(n) for n in sorted(set(cores.values()))) or str(env["cores"])
+    if len(cores) > 1:
+        where = f"{len(cores)} hosts of {where}"
+    threads = sorted({f["threads"] for f in per}) or [1]
+    torch_threads = env["torch_threads"]
+    return (
+        f"{where} cores, per worker: {'/'.join(map(str, threads))} Dask "
+        f"thread{'s' if threads[-1] > 1 else ''}, {torch_threads} torch "
+        f"thread{'s' if torch_threads > 1 else ''}"
+    )
+
+
 def format_results(summary: dict) -> str:
     """The short results table printed at the end of a run."""
     t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
@@ -484,8 +524,7 @@ def format_results(summary: dict) -> str:
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
         f"  {summary['steps']} steps x B={summary['batch_size']}"
-        f"  [{summary['environment']['cores']} cores, "
-        f"{summary['environment']['torch_threads']} torch thread(s) per worker]"
+        f"  [{_resources(summary['environment'])}]"
     )
 
     def ms(x):
