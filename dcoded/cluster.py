@@ -84,8 +84,10 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
                 raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 (Mbit/s)")
         if cfg.get("bandwidth_mbit") is None:
             raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
-    if not isinstance(n_workers, int) or n_workers < 1:
-        raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
+    if not isinstance(n_workers, int) or isinstance(n_workers, bool) or n_workers < 1:
+        raise ValueError(
+            f"cluster.n_workers={n_workers!r} is not allowed: it must be an integer >= 1"
+        )
 
 
 @contextlib.contextmanager

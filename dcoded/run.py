@@ -180,8 +180,13 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     if batch > n_train:
         raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
     steps, epochs = train.get("steps"), train.get("epochs")
-    if epochs:
-        steps = int(epochs) * (n_train // batch)
+    if epochs is not None:
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ConfigError(
+                f"train.epochs={epochs!r} is not allowed: it must be an integer >= 1 "
+                "(or null: train.steps counts the steps)"
+            )
+        steps = epochs * (n_train // batch)
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"train.steps={steps!r} is not allowed: it must be an integer >= 1")
     spec = RunSpec(**{**spec.to_dict(), "steps": steps})
