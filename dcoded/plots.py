@@ -5,13 +5,13 @@ Every function takes a matplotlib ``Axes`` and returns it, so callers compose fi
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from dcoded.coding import Placement, load_table
+from dcoded.results import read_history
 
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 
@@ -61,11 +61,6 @@ def phases(summaries: Sequence[Mapping], ax, label=lambda s: str(s["redundancy"]
     ax.set_ylabel("ms per step")
     ax.legend(fontsize="small")
     return ax
-
-
-def read_history(run_dir: str | Path) -> list[dict]:
-    with open(Path(run_dir) / "history.csv") as f:
-        return list(csv.DictReader(f))
 
 
 def accuracy_vs_time(runs: Mapping[str, str | Path], ax):

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
-from dcoded.plots import read_history
+from dcoded.results import read_history
 
 # (n_workers, redundancy, shuffle, group_size, model)
 CASES = [

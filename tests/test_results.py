@@ -1,0 +1,84 @@
+"""Reading results: a sweep's jobs and one table of them (``dcoded.results``)."""
+
+from __future__ import annotations
+
+import csv
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+import dcoded.results
+from dcoded.results import load_sweep, sweep_table, write_sweep_table
+
+
+def test_the_doctests():
+    assert doctest.testmod(dcoded.results).failed == 0
+
+
+def _job(sweep: Path, num: int, overrides: list[str], summary=None, error=None) -> Path:
+    """A job folder as Hydra and the app leave it."""
+    folder = sweep / f"{num}-{','.join(overrides)}"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (folder / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    if error is not None:
+        (folder / "error.txt").write_text(error + "\n")
+    return folder
+
+
+def _summary(step_s: float, accuracy: float, status: str = "finished") -> dict:
+    return {
+        "status": status,
+        "time_s": {"step_median": step_s, "total": 40 * step_s},
+        "bytes_per_worker": {
+            "unicast": 1000.0,
+            "multicast": 500.0,
+            "params": 2000.0,
+            "dask_transfer": 3000.0,
+        },
+        "final": {"test_accuracy": accuracy},
+    }
+
+
+def test_a_sweep_is_read_in_job_order_with_what_each_job_left(tmp_path):
+    # job 10 sorts before job 2 by name: the order must come from Hydra's job number
+    _job(tmp_path, 10, ["model=dnn", "coding.redundancy=3"], _summary(0.1, 0.9))
+    _job(tmp_path, 2, ["model=dnn", "coding.redundancy=5"], error="coding.redundancy=5 bad")
+    _job(tmp_path, 1, ["model=dnn", "coding.redundancy=2"], _summary(0.2, 0.8, "interrupted"))
+    _job(tmp_path, 0, ["model=dnn", "coding.redundancy=1"])  # killed: left nothing
+    (tmp_path / "netem-4-workers").mkdir()  # a shared emulated cluster's logs: not a job
+    jobs = load_sweep(tmp_path)
+    assert [j["job"] for j in jobs] == [0, 1, 2, 10]
+    assert [j["status"] for j in jobs] == ["missing", "interrupted", "failed", "finished"]
+    assert jobs[2]["error"] == "coding.redundancy=5 bad"
+    assert jobs[3]["overrides"] == {"model": "dnn", "coding.redundancy": "3"}
+
+
+def test_the_table_has_the_overrides_that_vary_and_each_jobs_numbers(tmp_path):
+    _job(tmp_path, 0, ["model=dnn", "coding.redundancy=1"], _summary(0.25, 0.91))
+    _job(tmp_path, 1, ["model=dnn", "coding.redundancy=9"], error="bad\nmore lines")
+    rows, columns = sweep_table(load_sweep(tmp_path))
+    assert columns[:3] == ["job", "coding.redundancy", "status"] and "model" not in columns
+    assert rows[0]["step_ms"] == 250.0 and rows[0]["total_s"] == 10.0
+    assert rows[0]["unicast_bytes"] == 1000.0 and rows[0]["dask_bytes"] == 3000.0
+    assert rows[0]["test_accuracy"] == 0.91 and rows[0]["error"] is None
+    assert rows[1]["status"] == "failed" and rows[1]["error"] == "bad"
+    assert rows[1]["step_ms"] is None
+
+
+def test_a_folder_that_is_not_there_is_said_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_sweep(tmp_path / "nowhere")
+
+
+def test_write_sweep_table_returns_what_it_wrote(tmp_path):
+    _job(tmp_path, 0, ["a=1"], _summary(0.1, 0.5))
+    _job(tmp_path, 1, ["a=2"], _summary(0.3, 0.7))
+    rows = write_sweep_table(tmp_path)
+    with open(tmp_path / "results.csv") as f:
+        written = list(csv.DictReader(f))
+    assert [float(r["step_ms"]) for r in written] == [r["step_ms"] for r in rows] == [100, 300]
