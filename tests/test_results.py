@@ -1,16 +1,22 @@
-"""Reading results: a sweep's jobs and one table of them (``dcoded.results``)."""
+"""Reading results: a sweep's jobs, one table of them (``dcoded.results``), and a multirun
+that goes on past a bad job and ends with that table in its folder."""
 
 from __future__ import annotations
 
 import csv
 import doctest
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import dcoded.results
 from dcoded.results import load_sweep, sweep_table, write_sweep_table
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_doctests():
@@ -73,6 +79,50 @@ def test_the_table_has_the_overrides_that_vary_and_each_jobs_numbers(tmp_path):
 def test_a_folder_that_is_not_there_is_said_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         load_sweep(tmp_path / "nowhere")
+
+
+def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
+    """`-m coding.redundancy=5,1` stopped at job 0; job 1 never ran."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "-m",
+            *TINY,
+            "train.steps=2",
+            "coding.redundancy=5,1",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 of 2 jobs failed: job 0: coding.redundancy=5")
+    (bad,) = tmp_path.glob("0-*")
+    (good,) = tmp_path.glob("1-*")
+    assert "coding.redundancy=5" in (bad / "error.txt").read_text()
+    assert not (bad / "summary.json").exists()
+    summary = json.loads((good / "summary.json").read_text())  # job 1 ran
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["coding.redundancy"], r["status"]) for r in rows] == [
+        ("0", "5", "failed"),
+        ("1", "1", "finished"),
+    ]
+    assert float(rows[1]["step_ms"]) == pytest.approx(1e3 * summary["time_s"]["step_median"])
+    assert float(rows[1]["unicast_bytes"]) == summary["bytes_per_worker"]["unicast"]
+    assert float(rows[1]["test_accuracy"]) == summary["final"]["test_accuracy"]
+    assert "| 0 | 5 | failed |" in (tmp_path / "results.md").read_text()
+    # the command line reads the same table
+    again = subprocess.run(
+        [sys.executable, "-m", "dcoded.results", str(tmp_path)], capture_output=True, text=True
+    )
+    assert again.returncode == 1 and "| 1 | 1 | finished |" in again.stdout
 
 
 def test_write_sweep_table_returns_what_it_wrote(tmp_path):
