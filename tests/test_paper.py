@@ -63,6 +63,7 @@ def test_the_sweeps_cover_what_the_results_need():
     assert values("paper_phases", "coding.redundancy") == {"1", "2", "3", "4"}
     assert values("paper_loads", "coding.shuffle") == {"coded", "uncoded"}
     assert values("paper_accuracy", "algorithm") == {"ssgd", "asgd", "ddp", "cdc"}
+    assert values("paper_accuracy", "model") == {"dnn", "cnn"}  # Figure 4 showed the DNN only
     assert len(values("paper_bandwidth", "cluster.bandwidth_mbit")) >= 3
     # Table 1 sets paper_time's baselines beside paper_phases' cdc: same conditions
     time, phases = (compose_config([f"experiment={e}"]) for e in ("paper_time", "paper_phases"))
