@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from dcoded.config import CONFIG_DIR
 from dcoded.interrupt import Interrupted, sigterm_as_interrupt
 from dcoded.netem import NetemRunFailed
-from dcoded.results import ERROR_FILE
+from dcoded.results import ERROR_FILE, write_sweep_table
 from dcoded.run import CLEAN_ERRORS, format_results, run
 
 
@@ -38,8 +38,10 @@ def app(cfg: DictConfig) -> float | None:
         return _failed(multirun, out_dir, str(e), 2)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: the run wrote what it measured
         stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+        if multirun:  # the sweep stops too, as the signal asks: its table has the jobs so far
+            write_sweep_table(hydra_cfg.sweep.dir)
         print(f"interrupted: {stop}", file=sys.stderr)
-        sys.exit(stop.exit_code)  # a sweep stops too: that is what the signal asks
+        sys.exit(stop.exit_code)
     except Exception as e:  # a bug: a run shows it as Hydra does, a sweep records it
         if not multirun:
             raise

@@ -5,6 +5,7 @@ checkpoint, and the command ends with one line, no traceback."""
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import os
 import signal
@@ -68,23 +69,12 @@ def test_a_handler_of_the_caller_is_left_alone():
         signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
-def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, signum):
-    """As `timeout` or Ctrl-C in a terminal deliver it: to the driver and its worker
-    processes at once. Before, SIGTERM left no history.csv nor summary.json, and Ctrl-C printed
-    a traceback from the driver and one from every worker."""
-    run_dir = tmp_path / "run"
+def _signalled(args: list[str], checkpoints: str, signum: int) -> tuple[int, list[str]]:
+    """Run ``python -m dcoded ARGS`` in a session of its own, wait for a checkpoint matching
+    the glob ``checkpoints``, send ``signum`` to the whole process group (as `timeout` or a
+    terminal's Ctrl-C do); its exit status and the non-empty lines of its stderr."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dcoded",
-            "progress=false",
-            "train.steps=100000",
-            "train.checkpoint_every=5",
-            f"hydra.run.dir={run_dir}",
-        ],
+        [sys.executable, "-m", "dcoded", *args, "progress=false", "train.steps=100000"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -92,15 +82,25 @@ def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, sig
         start_new_session=True,
     )
     deadline = time.monotonic() + 120
-    while not (run_dir / "checkpoint.npz").exists():
+    while not glob.glob(checkpoints):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.2)
     time.sleep(1)
     os.killpg(proc.pid, signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signum
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    return proc.returncode, [ln for ln in err.splitlines() if ln.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, signum):
+    """Before, SIGTERM left no history.csv nor summary.json, and Ctrl-C printed a traceback
+    from the driver and one from every worker."""
+    run_dir = tmp_path / "run"
+    args = ["train.checkpoint_every=5", f"hydra.run.dir={run_dir}"]
+    code, lines = _signalled(args, str(run_dir / "checkpoint.npz"), signum)
+    assert code == 128 + signum
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
     assert len(lines) == 1 and lines[0].startswith(f"interrupted: stopped by {name} after step")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -109,3 +109,20 @@ def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, sig
     # the workers lived until the driver collected their records of the last steps
     assert all(r["map_s"] and r["bytes_unicast"] for r in rows)
     assert 5 <= checkpoint.load(run_dir).step <= len(rows)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_sweep_with_one_line_and_its_table_so_far(tmp_path):
+    args = [
+        "-m",
+        "train.checkpoint_every=5",
+        "coding.redundancy=1,2",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    code, lines = _signalled(args, str(tmp_path / "0-*" / "checkpoint.npz"), signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM
+    assert len(lines) == 1 and lines[0].startswith("interrupted: stopped by SIGTERM")
+    assert not list(tmp_path.glob("1-*"))  # the sweep stopped: job 1 never started
+    with open(tmp_path / "results.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert (row["job"], row["status"]) == ("0", "interrupted") and float(row["step_ms"]) > 0
