@@ -500,24 +500,26 @@ def _resources(env: Mapping) -> str:
     """What the workers ran on, as they reported it (the driver's cores where they did not).
 
     >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {}})
+    '2 cores, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 2, "threads": 1}}})
     '2 cores, per worker: 1 Dask thread, 1 torch thread'
     >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
     ...     "a": {"host": "n1", "cores": 8, "threads": 1},
     ...     "b": {"host": "n2", "cores": 16, "threads": 4}}})
     '2 hosts of 8/16 cores, per worker: 1/4 Dask threads, 1 torch thread'
     """
+    torch_threads = f"{env['torch_threads']} torch thread{'s' * (env['torch_threads'] > 1)}"
     per = list(env.get("per_worker", {}).values())
+    if not per:  # serial: no workers
+        return f"{env['cores']} cores, {torch_threads}"
     cores = {f["host"]: f["cores"] for f in per}
-    where = "/".join(str(n) for n in sorted(set(cores.values()))) or str(env["cores"])
+    where = "/".join(str(n) for n in sorted(set(cores.values())))
     if len(cores) > 1:
         where = f"{len(cores)} hosts of {where}"
-    threads = sorted({f["threads"] for f in per}) or [1]
-    torch_threads = env["torch_threads"]
-    return (
-        f"{where} cores, per worker: {'/'.join(map(str, threads))} Dask "
-        f"thread{'s' if threads[-1] > 1 else ''}, {torch_threads} torch "
-        f"thread{'s' if torch_threads > 1 else ''}"
-    )
+    threads = sorted({f["threads"] for f in per})
+    dask_threads = f"{'/'.join(map(str, threads))} Dask thread{'s' * (threads[-1] > 1)}"
+    return f"{where} cores, per worker: {dask_threads}, {torch_threads}"
 
 
 def format_results(summary: dict) -> str:
@@ -538,11 +540,17 @@ def format_results(summary: dict) -> str:
     def nb(x):
         return "       -" if x is None else f"{x:12,.0f}"
 
-    acc = f["test_accuracy"]
+    sha = summary["param_sha256"]
+
+    def x4(x):  # an interrupted run may not have evaluated
+        return "-" if x is None else f"{x:.4f}"
+
+    if summary.get("status", "finished") != "finished":
+        head += f"  ({summary['status']} after step {summary['steps_done']})"
     lines = [
         head,
-        f"  test accuracy {acc:.4f}   test loss {f['test_loss']:.4f}   "
-        f"train loss {f['train_loss']:.4f}   wall {t['total']:.2f} s",
+        f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
+        f"train loss {x4(f['train_loss'])}   wall {t['total']:.2f} s",
         "  time per step, median ms:",
         "    "
         + "  ".join(
@@ -554,7 +562,7 @@ def format_results(summary: dict) -> str:
         f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
         f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
         f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
-        f"  param_sha256 {summary['param_sha256'][:16]}…",
+        f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
     ]
     return "\n".join(lines)
 

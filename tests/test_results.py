@@ -4,7 +4,6 @@ that goes on past a bad job and ends with that table in its folder."""
 from __future__ import annotations
 
 import csv
-import doctest
 import json
 import subprocess
 import sys
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import dcoded.results
 from dcoded.results import load_sweep, sweep_table, write_sweep_table
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def test_the_doctests():
-    assert doctest.testmod(dcoded.results).failed == 0
 
 
 def _job(sweep: Path, num: int, overrides: list[str], summary=None, error=None) -> Path:
