@@ -36,12 +36,10 @@ def app(cfg: DictConfig) -> float | None:
     except CLEAN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return _failed(multirun, out_dir, str(e), 2)
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: the run wrote what it measured
-        stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the run wrote what it measured
         if multirun:  # the sweep stops too, as the signal asks: its table has the jobs so far
             write_sweep_table(hydra_cfg.sweep.dir)
-        print(f"interrupted: {stop}", file=sys.stderr)
-        sys.exit(stop.exit_code)
+        raise
     except Exception as e:  # a bug: a run shows it as Hydra does, a sweep records it
         if not multirun:
             raise
@@ -63,7 +61,12 @@ def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
 
 def main() -> None:
     with sigterm_as_interrupt():
-        app()
+        try:
+            app()
+        except KeyboardInterrupt as e:  # in a run (which said what it kept), or around one
+            stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+            print(f"interrupted: {stop}", file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from distributed.security import Security
 from distributed.utils import get_mp_context
 
 from dcoded.engine import tasks
+from dcoded.interrupt import signals_deferred
 
 #: Long enough that no transfer of a run is evicted between two pulls of the logs.
 TRANSFER_LOG_LENGTH = 100_000
@@ -115,21 +116,27 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                     "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
                     "preload": ["dcoded.worker_signals"],
                 }
-            cluster = stack.enter_context(
-                LocalCluster(
-                    n_workers=n_workers,
-                    threads_per_worker=1,
-                    processes=processes,
-                    # Dask's scheduler serves HTTP (health, metrics) even without a dashboard;
-                    # a fixed port (its default, 8787) would collide with any other Dask here
-                    dashboard_address="127.0.0.1:0",
-                    scheduler_kwargs={"dashboard": bool(cfg.get("dashboard"))},
-                    **where,
-                    silence_logs=getattr(logging, str(cfg.get("log_level", "critical")).upper()),
+            # a cluster interrupted while it starts cannot be closed (distributed fails on it
+            # at exit, with a traceback): Ctrl-C and SIGTERM wait until it can
+            with signals_deferred():
+                cluster = stack.enter_context(
+                    LocalCluster(
+                        n_workers=n_workers,
+                        threads_per_worker=1,
+                        processes=processes,
+                        # Dask's scheduler serves HTTP (health, metrics) even without a
+                        # dashboard; its fixed default port, 8787, would collide with any other
+                        # Dask here
+                        dashboard_address="127.0.0.1:0",
+                        scheduler_kwargs={"dashboard": bool(cfg.get("dashboard"))},
+                        **where,
+                        silence_logs=getattr(
+                            logging, str(cfg.get("log_level", "critical")).upper()
+                        ),
+                    )
                 )
-            )
-            client = Client(cluster)
-            stack.callback(_close, client)
+                client = Client(cluster)
+                stack.callback(_close, client)
         else:
             try:
                 client = Client(

@@ -4,6 +4,7 @@ send) treated the same way, so the run writes what it measured before it ends.""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -50,3 +51,25 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Within this block Ctrl-C and SIGTERM are held, and delivered again (to the handlers
+    they had) when it ends: for what must not be cut in half, such as starting a cluster that
+    the code after the block knows how to close. Outside the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda n, f: held.append(n)) for s in _STOPPING}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            os.kill(os.getpid(), held[0])
+
+
+_STOPPING = (signal.SIGINT, signal.SIGTERM)

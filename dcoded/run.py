@@ -343,8 +343,10 @@ def _interrupted(
 ) -> Interrupted:
     """Write the summary of what ran before the interruption; the one line to end on."""
     signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-    done = rows[-1]["step"] + 1 if rows else ctx.start_step
-    line = f"stopped by {signal_name(signum)} after step {done} of {ctx.spec.steps}"
+    line = f"stopped by {signal_name(signum)} before the first step"
+    if rows:
+        line = f"stopped by {signal_name(signum)} after step {rows[-1]['step'] + 1}"
+    line += f" of {ctx.spec.steps}"
     if ctx.run_dir is not None and rows:
         summary = make_summary(
             ctx.spec, ctx.reference, ctx.log, rows, None, cluster_info, started, "interrupted"
