@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint format loads bench paper paper-results paper-draw netem-cleanup clean
+.PHONY: run test test-fast lint format loads notebook bench paper paper-results paper-draw netem-cleanup clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,12 @@ run: $(STAMP)
 
 loads: $(STAMP)
 	$(BIN)/python -m dcoded.coding $(ARGS)
+
+# JupyterLab is installed into .venv on first use, not by `make install` (the tests run the
+# notebooks without it).
+notebook: $(STAMP)
+	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install --quiet jupyterlab
+	$(BIN)/jupyter lab notebooks/ $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m dcoded.bench $(ARGS)

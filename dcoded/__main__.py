@@ -1,8 +1,15 @@
-"""``python -m dcoded``: the Hydra app. One run per job; ``-m`` sweeps."""
+"""``python -m dcoded``: the Hydra app. One run per job; ``-m`` sweeps.
+
+In a multirun a job that fails leaves ``error.txt`` in its folder and the sweep goes on; the
+sweep's end (:class:`dcoded.callbacks.SweepTable`) tabulates every job and exits with status
+1 if any failed.
+"""
 
 from __future__ import annotations
 
 import sys
+import traceback
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -10,7 +17,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dcoded.config import CONFIG_DIR
+from dcoded.interrupt import Interrupted, sigterm_as_interrupt
 from dcoded.netem import NetemRunFailed
+from dcoded.results import ERROR_FILE, write_sweep_table
 from dcoded.run import CLEAN_ERRORS, format_results, run
 
 
@@ -18,21 +27,46 @@ from dcoded.run import CLEAN_ERRORS, format_results, run
 def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     out_dir = hydra_cfg.runtime.output_dir
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         # the jobs of a multirun share one emulated cluster (built once, removed at exit)
-        summary = run(cfg, out_dir=out_dir, reuse_network=hydra_cfg.mode == RunMode.MULTIRUN)
+        summary = run(cfg, out_dir=out_dir, reuse_network=multirun)
     except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
-        sys.exit(e.code)
+        return _failed(multirun, out_dir, str(e), e.code)
     except CLEAN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return _failed(multirun, out_dir, str(e), 2)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the run wrote what it measured
+        if multirun:  # the sweep stops too, as the signal asks: its table has the jobs so far
+            write_sweep_table(hydra_cfg.sweep.dir)
+        raise
+    except Exception as e:  # a bug: a run shows it as Hydra does, a sweep records it
+        if not multirun:
+            raise
+        trace = traceback.format_exc()
+        print(trace, file=sys.stderr)
+        return _failed(multirun, out_dir, f"{type(e).__name__}: {e}\n\n{trace}", 1)
     print(format_results(summary))
     print(f"  outputs: {out_dir}")
     return summary["final"]["test_accuracy"]
 
 
+def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
+    """A run ends with ``code``; a job of a multirun writes why into its folder and lets the
+    sweep go on (Hydra's launcher would stop at the first job that exits)."""
+    if not multirun:
+        sys.exit(code)
+    Path(out_dir, ERROR_FILE).write_text(message + "\n")
+
+
 def main() -> None:
-    app()
+    with sigterm_as_interrupt():
+        try:
+            app()
+        except KeyboardInterrupt as e:  # in a run (which said what it kept), or around one
+            stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+            print(f"interrupted: {stop}", file=sys.stderr)
+            sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from distributed.security import Security
 from distributed.utils import get_mp_context
 
 from dcoded.engine import tasks
+from dcoded.interrupt import signals_deferred
 
 #: Long enough that no transfer of a run is evicted between two pulls of the logs.
 TRANSFER_LOG_LENGTH = 100_000
@@ -76,8 +78,10 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
         )
     if kind == "address":
         security_from_config(cfg.get("tls"))
-    if not isinstance(n_workers, int) or n_workers < 1:
-        raise ValueError(f"cluster.n_workers={n_workers!r} is not allowed: it must be >= 1")
+    if not isinstance(n_workers, int) or isinstance(n_workers, bool) or n_workers < 1:
+        raise ValueError(
+            f"cluster.n_workers={n_workers!r} is not allowed: it must be an integer >= 1"
+        )
     if kind == "netem":
         from dcoded.netem import check_links
 
@@ -97,6 +101,8 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
         settings["distributed.worker.multiprocessing-method"] = start_method
     with stack, dask.config.set(settings):
         if cfg["kind"] == "local":
+            if processes:
+                stack.enter_context(_main_not_rerun())
             if processes and start_method == "forkserver":
                 _preload_forkserver()
             # loopback only, nothing is exposed; in-process workers talk in memory (inproc://)
@@ -105,19 +111,29 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                 where = {
                     "host": "127.0.0.1",
                     "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                    "preload": ["dcoded.worker_signals"],
                 }
-            cluster = stack.enter_context(
-                LocalCluster(
-                    n_workers=n_workers,
-                    threads_per_worker=1,
-                    processes=processes,
-                    dashboard_address="127.0.0.1:0" if cfg.get("dashboard") else None,
-                    **where,
-                    silence_logs=getattr(logging, str(cfg.get("log_level", "critical")).upper()),
+            # a cluster interrupted while it starts cannot be closed (distributed fails on it
+            # at exit, with a traceback): Ctrl-C and SIGTERM wait until it can
+            with signals_deferred():
+                cluster = stack.enter_context(
+                    LocalCluster(
+                        n_workers=n_workers,
+                        threads_per_worker=1,
+                        processes=processes,
+                        # Dask's scheduler serves HTTP (health, metrics) even without a
+                        # dashboard; its fixed default port, 8787, would collide with any other
+                        # Dask here
+                        dashboard_address="127.0.0.1:0",
+                        scheduler_kwargs={"dashboard": bool(cfg.get("dashboard"))},
+                        **where,
+                        silence_logs=getattr(
+                            logging, str(cfg.get("log_level", "critical")).upper()
+                        ),
+                    )
                 )
-            )
-            client = Client(cluster)
-            stack.callback(_close, client)
+                client = Client(cluster)
+                stack.callback(_close, client)
         else:
             try:
                 client = Client(
@@ -144,6 +160,28 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
         )
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start worker processes without running the caller's ``__main__`` again in each.
+
+    multiprocessing re-runs the main script (or module) in every process it starts, as
+    ``__mp_main__``: a script that calls ``run`` at top level without an ``if __name__ ==
+    "__main__":`` guard would start a cluster in every worker, and code piped to ``python -``
+    fails on ``<stdin>``. The workers need nothing from ``__main__`` (their code is dcoded's and
+    distributed's), so it is hidden from multiprocessing while the cluster lives (a nanny may
+    restart a worker later).
+    """
+    main = vars(sys.modules["__main__"])
+    # a script is found by __file__, a module run with -m by __spec__; a notebook has neither
+    hidden = {key: main.pop(key) for key in ("__file__", "__spec__") if key in main}
+    main["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.pop("__spec__")
+        main.update(hidden)
 
 
 def _preload_forkserver() -> None:

@@ -36,6 +36,7 @@ import gzip
 import importlib.util
 import math
 import operator
+import os
 import pickle
 import struct
 import zlib
@@ -51,7 +52,9 @@ __all__ = [
     "NORMALIZATION",
     "Dataset",
     "DatasetError",
+    "absolute_path",
     "check_dataset",
+    "dataset_files",
     "epoch_permutation",
     "load_dataset",
     "step_indices",
@@ -275,6 +278,41 @@ def check_dataset(cfg: Mapping[str, Any]) -> None:
     folder = _cifar_folder(cfg)
     for fname in (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE):
         _cifar_batch(folder / fname)
+
+
+def absolute_path(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset config with ``path`` made absolute against this process's folder.
+
+    The driver resolves it before sending it: workers may run in other folders (or on other
+    machines, where the data must then be at that same absolute path).
+
+    >>> absolute_path({"name": "mnist", "path": "/data/./mnist"})
+    {'name': 'mnist', 'path': '/data/mnist'}
+    >>> absolute_path({"name": "digits", "path": None})["path"] is None
+    True
+    """
+    out = dict(cfg)
+    raw = out.get("path")
+    if raw is not None and str(raw) != "":
+        out["path"] = os.path.abspath(os.path.expanduser(str(raw)))
+    return out
+
+
+def dataset_files(cfg: Mapping[str, Any]) -> list[Path]:
+    """The files a load of this dataset reads (none for ``digits`` and ``synthetic``).
+
+    Raises
+    ------
+    DatasetError
+        If the folder or a file is missing.
+    """
+    name = _name(cfg)
+    if name in ("mnist", "fashion_mnist"):
+        return list(_idx_paths(name, cfg).values())
+    if name == "cifar10":
+        folder = _cifar_folder(cfg)
+        return [folder / f for f in (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE)]
+    return []
 
 
 def load_dataset(cfg: Mapping[str, Any]) -> Dataset:

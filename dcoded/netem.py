@@ -569,6 +569,7 @@ def wire_probe(hosts: list[Mapping]):
 def _child(config_file: str, out_dir: str) -> int:
     from omegaconf import OmegaConf
 
+    from dcoded.interrupt import Interrupted
     from dcoded.run import CLEAN_ERRORS, run
 
     cfg = OmegaConf.create(json.loads(Path(config_file).read_text()))
@@ -577,6 +578,9 @@ def _child(config_file: str, out_dir: str) -> int:
     except CLEAN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:  # what was measured is written; one line, as outside
+        print(f"stopped: {e}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 

@@ -5,13 +5,13 @@ Every function takes a matplotlib ``Axes`` and returns it, so callers compose fi
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from dcoded.coding import Placement, load_table
+from dcoded.results import read_history
 
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 
@@ -28,18 +28,24 @@ def placement(p: Placement, ax, cluster: int = 0):
 
 
 def loads(n_workers: int, ax, group_size: int | None = None):
-    """Closed-form communication per worker per step (units of d) against ``r``."""
+    """Closed-form communication per worker per step (units of d) against ``r``.
+
+    Curves can coincide: the uncoded shuffle's count equals the coded shuffle's unicast count
+    at every ``r`` (a coded packet for ``r`` receivers is sent ``r`` times without multicast),
+    and at small ``g`` all four shuffle curves can be one. Each shuffle curve is drawn thinner
+    than the one before it, the first ones as wide pale bands, so that every one shows.
+    """
     rows = load_table(n_workers, group_size)
     r = [row["r"] for row in rows]
     for key, label, style in [
-        ("coded_mc", "coded, multicast", "o-"),
-        ("coded_uc", "coded, unicast", "o--"),
-        ("uncoded_uc", "uncoded", "s-"),
-        ("reduce_scatter", "summed reduce-scatter", "^-"),
-        ("ring_allreduce", "ring all-reduce", ":"),
-        ("param_server_up", "parameter server (up)", "-."),
+        ("uncoded_uc", "uncoded", {"lw": 9, "alpha": 0.3, "marker": "s", "ms": 11}),
+        ("reduce_scatter", "summed reduce-scatter", {"lw": 5, "alpha": 0.5, "marker": "^"}),
+        ("coded_mc", "coded, multicast", {"lw": 2.5, "marker": "o"}),
+        ("coded_uc", "coded, unicast", {"lw": 1.5, "ls": "--", "marker": "o", "mfc": "none"}),
+        ("ring_allreduce", "ring all-reduce", {"lw": 3, "ls": ":"}),  # = the server at K=2
+        ("param_server_up", "parameter server (up)", {"ls": "-."}),
     ]:
-        ax.plot(r, [row[key] for row in rows], style, label=label)
+        ax.plot(r, [row[key] for row in rows], label=label, **style)
     ax.set_xticks(r)
     ax.set_xlabel("redundancy r")
     ax.set_ylabel("per worker per step (units of d)")
@@ -48,24 +54,46 @@ def loads(n_workers: int, ax, group_size: int | None = None):
     return ax
 
 
+#: The bar segment of the step time that no phase accounts for.
+OTHER = "other: scheduling, waits"
+
+
+def unaccounted(summary: Mapping) -> float:
+    """Seconds of the median step that no phase's median covers: the scheduler's and the
+    driver's round trips, waits for the slowest worker, serialisation (never below 0).
+
+    >>> unaccounted({"time_s": {"step_median": 0.1, "map": 0.03, "shuffle": 0.02}})
+    0.05
+    """
+    t = summary["time_s"]
+    covered = sum(t.get(phase) or 0.0 for phase in PHASES)
+    return max(0.0, t["step_median"] - covered)
+
+
 def phases(summaries: Sequence[Mapping], ax, label=lambda s: str(s["redundancy"])):
-    """Median time per step split by phase (stacked bars), one bar per run."""
+    """Median time per step split by phase (stacked bars), one bar per run; what the phases
+    do not cover is a segment of its own (:data:`OTHER`), so every bar reaches the step."""
     bottom = np.zeros(len(summaries))
     for phase in PHASES:
         ms = np.array([1e3 * (s["time_s"].get(phase) or 0.0) for s in summaries])
         ax.bar(range(len(summaries)), ms, bottom=bottom, label=phase)
         bottom += ms
+    gap = np.array([1e3 * unaccounted(s) for s in summaries])
+    ax.bar(
+        range(len(summaries)),
+        gap,
+        bottom=bottom,
+        label=OTHER,
+        color="0.85",
+        hatch="//",
+        edgecolor="0.5",
+    )
     steps = [1e3 * s["time_s"]["step_median"] for s in summaries]
     ax.plot(range(len(summaries)), steps, "k_", markersize=20, label="step (median)")
     ax.set_xticks(range(len(summaries)), [label(s) for s in summaries])
     ax.set_ylabel("ms per step")
     ax.legend(fontsize="small")
     return ax
-
-
-def read_history(run_dir: str | Path) -> list[dict]:
-    with open(Path(run_dir) / "history.csv") as f:
-        return list(csv.DictReader(f))
 
 
 def accuracy_vs_time(runs: Mapping[str, str | Path], ax):

@@ -15,7 +15,10 @@ import json
 import math
 import platform
 import re
+import signal
+import sys
 import tempfile
+import types
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
@@ -31,7 +34,7 @@ from dcoded.checkpoint import Checkpoint, CheckpointError, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
 from dcoded.coding import best_m, check_m, loads
-from dcoded.data import DatasetError, check_dataset
+from dcoded.data import DatasetError, absolute_path, check_dataset
 from dcoded.engine.cdc import train_cdc
 from dcoded.engine.ddp import train_ddp
 from dcoded.engine.driving import Context, Divergence, Progress, StepTimeout, WorkerLost
@@ -41,9 +44,11 @@ from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, SHUFFLES, TRANSPORTS, RunSpec
 from dcoded.engine.tasks import ReplicaMissing, step_messages
+from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.models import MODELS
 from dcoded.netem import NetemUnavailable
 from dcoded.optim import SegmentOptimizer, check_optimizer
+from dcoded.preflight import check_workers, thread_warning
 
 TRAINERS = {
     "cdc": train_cdc,
@@ -141,7 +146,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         n_workers=n_workers,
         batch_size=batch,
         steps=1,
-        dataset=c.get("dataset", {}),
+        dataset=absolute_path(c.get("dataset", {})),  # the workers may run in other folders
         model=model,
         optimizer=c.get("optimizer", {}),
         redundancy=r,
@@ -206,8 +211,13 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     if batch > n_train:
         raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
     steps, epochs = train.get("steps"), train.get("epochs")
-    if epochs:
-        steps = int(epochs) * (n_train // batch)
+    if epochs is not None:
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ConfigError(
+                f"train.epochs={epochs!r} is not allowed: it must be an integer >= 1 "
+                "(or null: train.steps counts the steps)"
+            )
+        steps = epochs * (n_train // batch)
     if not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"train.steps={steps!r} is not allowed: it must be an integer >= 1")
     spec = RunSpec(**{**spec.to_dict(), "steps": steps})
@@ -324,11 +334,18 @@ def run(
     this process (the jobs of a multirun) instead of building one per run.
 
     A run that fails after training started keeps what it had: ``history.csv`` up to the
-    failure and the last checkpoint, which the error message names.
+    failure and the last checkpoint, which the error message names. Stopped by Ctrl-C or
+    SIGTERM, it also writes ``summary.json`` (``"status": "interrupted"``) and raises
+    :class:`~dcoded.interrupt.Interrupted`, a ``KeyboardInterrupt`` saying what it kept.
 
     >>> from dcoded.config import compose_config  # doctest: +SKIP
     >>> summary = run(compose_config(["train.steps=20"]))  # doctest: +SKIP
     """
+    with sigterm_as_interrupt():
+        return _run(cfg, out_dir, progress, reuse_network)
+
+
+def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool) -> dict:
     spec, reference, resume = build_spec(cfg)
     c = _plain(cfg)
     if c["cluster"]["kind"] == "netem":
@@ -351,10 +368,10 @@ def run(
         log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
     for note in spec.extra.get("notes", []):
         log.note(note)
+    cluster_info: dict = {"kind": "none", "workers": []}
     try:
         if spec.algorithm == "serial":
             theta = train_fn(ctx)
-            cluster_info = {"kind": "none", "workers": []}
         else:
             with open_cluster(c["cluster"], spec.n_workers, spec.run_id) as session:
                 if session.dashboard:
@@ -362,22 +379,23 @@ def run(
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
                     log.peers = set(session.workers)
                 ctx.client, ctx.workers = session.client, list(session.workers)
-                probe = _wire_probe(c["cluster"])
-                wire0 = probe()
-                theta = train_fn(ctx)
-                wire1 = probe()
+                cluster_info = _ask_workers(ctx, session, c["cluster"])
+                try:
+                    probe = _wire_probe(c["cluster"])
+                    wire0 = probe()
+                    theta = train_fn(ctx)
+                    wire1 = probe()
+                except BaseException:
+                    _last_pull(ctx)  # while the cluster is still there
+                    raise
                 if wire0 is not None:
                     log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
-                kind = "netem" if c["cluster"].get("netem") else session.kind
-                cluster_info = {
-                    "kind": kind,
-                    "workers": session.workers,
-                    **({"netem": c["cluster"]["netem"]} if kind == "netem" else {}),
-                }
     except BaseException as e:
-        if run_dir is not None:
-            _last_pull(ctx)
-            write_history(run_dir / "history.csv", log.history())
+        rows = log.history()
+        if run_dir is not None and rows:
+            write_history(run_dir / "history.csv", rows)
+        if isinstance(e, KeyboardInterrupt):
+            raise _interrupted(e, ctx, rows, cluster_info, started) from None
         if isinstance(e, RUN_ERRORS):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
         raise
@@ -389,6 +407,43 @@ def run(
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
+    """What the summary records of the cluster, with what every worker has; stops before
+    training if a worker cannot read the data, and warns of workers with several threads."""
+    facts = ctx.bounded(
+        "asking the workers", check_workers, session.client, session.workers, ctx.spec.dataset
+    )
+    warning = thread_warning(facts)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+        ctx.log.note(warning)
+    kind = "netem" if cluster.get("netem") else session.kind
+    return {
+        "kind": kind,
+        "workers": session.workers,
+        "per_worker": facts,
+        **({"netem": cluster["netem"]} if kind == "netem" else {}),
+    }
+
+
+def _interrupted(
+    e: KeyboardInterrupt, ctx: Context, rows: list[dict], cluster_info: dict, started
+) -> Interrupted:
+    """Write the summary of what ran before the interruption; the one line to end on."""
+    signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+    line = f"stopped by {signal_name(signum)} before the first step"
+    if rows:
+        line = f"stopped by {signal_name(signum)} after step {rows[-1]['step'] + 1}"
+    line += f" of {ctx.spec.steps}"
+    if ctx.run_dir is not None and rows:
+        summary = make_summary(
+            ctx.spec, ctx.reference, ctx.log, rows, None, cluster_info, started, "interrupted"
+        )
+        write_summary(ctx.run_dir, summary)
+        line += f"; history.csv and summary.json are in {ctx.run_dir}"
+    return Interrupted(f"{line}; {_resume_hint(ctx)}", signum)
 
 
 def _last_pull(ctx: Context) -> None:
@@ -436,7 +491,11 @@ def theory(spec: RunSpec, d: int) -> dict:
     return {"multicast": b.multicast, "unicast": b.unicast, "params": params * d * 4}
 
 
-def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> dict:
+def make_summary(
+    spec, reference, log, rows, theta, cluster_info, started, status: str = "finished"
+) -> dict:
+    """The run's ``summary.json``; ``status`` is ``finished`` or ``interrupted`` (then
+    ``theta`` is ``None``: the parameters stayed on the workers, the checkpoint has them)."""
     d = reference.n_params
     last = rows[-1] if rows else {}
     times = log.time_medians(rows)
@@ -449,6 +508,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
     summary = {
+        "status": status,
         "algorithm": spec.algorithm,
         "n_workers": spec.n_workers,
         "redundancy": spec.redundancy if placed else None,
@@ -461,6 +521,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
         "dataset": spec.dataset["name"],
         "batch_size": spec.batch_size,
         "steps": spec.steps,
+        "steps_done": last["step"] + 1 if rows else 0,
         "seed": spec.seed,
         "n_params": d,
         "final": {
@@ -495,7 +556,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             if log.wire
             else None,
         },
-        "param_sha256": param_sha256(theta),
+        "param_sha256": param_sha256(theta) if theta is not None else None,
         "staleness_mean": float(np.mean(stale)) if stale else None,
         "repaired_datagrams": log.repaired if spec.transport == "multicast" else None,
         "pace_mbit": dict(spec.pace_mbit) if spec.pace_mbit else None,
@@ -507,6 +568,7 @@ def make_summary(spec, reference, log, rows, theta, cluster_info, started) -> di
             "cluster": cluster_info["kind"],
             **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
             "workers": cluster_info["workers"],
+            "per_worker": cluster_info.get("per_worker", {}),
             "python": platform.python_version(),
             "torch": torch.__version__,
             "dask": dask.__version__,
@@ -526,10 +588,42 @@ def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndar
     with open(out_dir / "theta.npy.tmp", "wb") as f:
         np.save(f, np.asarray(theta, dtype="<f4"))
     (out_dir / "theta.npy.tmp").replace(out_dir / "theta.npy")
+    write_summary(out_dir, summary)
+    write_history(out_dir / "history.csv", rows)
+
+
+def write_summary(out_dir: Path, summary: dict) -> None:
+    """``summary.json``, written to a temporary name then renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out_dir / "summary.json")
-    write_history(out_dir / "history.csv", rows)
+
+
+def _resources(env: Mapping) -> str:
+    """What the workers ran on, as they reported it (the driver's cores where they did not).
+
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {}})
+    '2 cores, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 2, "threads": 1}}})
+    '2 cores, per worker: 1 Dask thread, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 8, "threads": 1},
+    ...     "b": {"host": "n2", "cores": 16, "threads": 4}}})
+    '2 hosts of 8/16 cores, per worker: 1/4 Dask threads, 1 torch thread'
+    """
+    torch_threads = f"{env['torch_threads']} torch thread{'s' * (env['torch_threads'] > 1)}"
+    per = list(env.get("per_worker", {}).values())
+    if not per:  # serial: no workers
+        return f"{env['cores']} cores, {torch_threads}"
+    cores = {f["host"]: f["cores"] for f in per}
+    where = "/".join(str(n) for n in sorted(set(cores.values())))
+    if len(cores) > 1:
+        where = f"{len(cores)} hosts of {where}"
+    threads = sorted({f["threads"] for f in per})
+    dask_threads = f"{'/'.join(map(str, threads))} Dask thread{'s' * (threads[-1] > 1)}"
+    return f"{where} cores, per worker: {dask_threads}, {torch_threads}"
 
 
 def format_results(summary: dict) -> str:
@@ -545,8 +639,7 @@ def format_results(summary: dict) -> str:
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
         f"  {summary['steps']} steps x B={summary['batch_size']}"
-        f"  [{summary['environment']['cores']} cores, "
-        f"{summary['environment']['torch_threads']} torch thread(s) per worker]"
+        f"  [{_resources(summary['environment'])}]"
     )
 
     def ms(x):
@@ -555,11 +648,17 @@ def format_results(summary: dict) -> str:
     def nb(x):
         return "       -" if x is None else f"{x:12,.0f}"
 
-    acc = f["test_accuracy"]
+    sha = summary["param_sha256"]
+
+    def x4(x):  # an interrupted run may not have evaluated
+        return "-" if x is None else f"{x:.4f}"
+
+    if summary.get("status", "finished") != "finished":
+        head += f"  ({summary['status']} after step {summary['steps_done']})"
     lines = [
         head,
-        f"  test accuracy {acc:.4f}   test loss {f['test_loss']:.4f}   "
-        f"train loss {f['train_loss']:.4f}   wall {t['total']:.2f} s",
+        f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
+        f"train loss {x4(f['train_loss'])}   wall {t['total']:.2f} s",
         "  time per step, median ms:",
         "    "
         + "  ".join(
@@ -572,10 +671,21 @@ def format_results(summary: dict) -> str:
         f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
         f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
         *(
-            [f"    direct links (all)           {nb(b['transport'])}"]
-            if summary.get("transport") == "direct"
+            [f"    moved by the transport       {nb(b['transport'])}"]
+            if summary.get("transport") in ("direct", "multicast")
             else []
         ),
-        f"  param_sha256 {summary['param_sha256'][:16]}…",
+        f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
     ]
     return "\n".join(lines)
+
+
+class _CallableModule(types.ModuleType):
+    """``from dcoded import run`` finds this module (a package's submodule takes the package
+    attribute of its name), so calling the module calls :func:`run`."""
+
+    def __call__(self, *args, **kwargs) -> dict:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,7 +1,8 @@
 """Figure 3: time per step against r, split by phase, beside the baselines.
 
 Reads ``paper_phases`` (cdc at every r) and ``paper_time`` (ssgd, asgd, ddp): medians per step
-of map, encode, shuffle, decode, update and the parameter distribution (``params``). ddp's
+of map, encode, shuffle, decode, update and the parameter distribution (``params``), and what
+none of them covers (``other``: scheduling, waits; :func:`dcoded.plots.unaccounted`). ddp's
 all-reduce runs inside its backward pass, so its whole step shows as ``map``.
 """
 
@@ -14,7 +15,7 @@ from dcoded import plots
 from paper import output, paths
 from paper.results import Run, label, load
 
-COLUMNS = ["model", "run", "step_ms", *(f"{p}_ms" for p in plots.PHASES)]
+COLUMNS = ["model", "run", "step_ms", *(f"{p}_ms" for p in plots.PHASES), "other_ms"]
 
 
 def runs(results: Path, size: str) -> dict[str, list[Run]]:
@@ -41,6 +42,7 @@ def compute(results: Path, size: str) -> list[dict]:
                         f"{p}_ms": 1e3 * t[p] if t.get(p) is not None else None
                         for p in plots.PHASES
                     },
+                    "other_ms": 1e3 * plots.unaccounted(r.summary),
                 }
             )
     return rows

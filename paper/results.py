@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from dcoded.results import load_sweep, read_history
 from paper import paths
 
 #: What stage 1 writes into a sweep's folder when every job of it has finished.
@@ -47,8 +48,6 @@ class Run:
         return net["bandwidth_mbit"] if net else None
 
     def history(self) -> list[dict]:
-        from dcoded.plots import read_history
-
         return read_history(self.dir)
 
 
@@ -65,10 +64,16 @@ def meta(results: Path, size: str, experiment: str) -> dict:
 
 
 def load(results: Path, size: str, experiment: str) -> list[Run]:
-    """Every job of the sweep, in job order."""
+    """Every job of the sweep, in job order (read by :func:`dcoded.results.load_sweep`, as
+    users read theirs); :class:`MissingResults` unless every job finished."""
     expected = meta(results, size, experiment)["jobs"]
     where = paths.sweep_dir(results, size, experiment)
-    runs = [Run(f.parent, json.loads(f.read_text())) for f in where.glob("*/summary.json")]
+    jobs = load_sweep(where)
+    runs = [Run(j["dir"], j["summary"]) for j in jobs if j["status"] == "finished"]
     if len(runs) != expected:
-        raise MissingResults(f"{where} holds {len(runs)} runs, its sweep had {expected} jobs")
-    return sorted(runs, key=lambda run: int(run.dir.name.split("-", 1)[0]))
+        unfinished = [f"job {j['job']} {j['status']}" for j in jobs if j["status"] != "finished"]
+        raise MissingResults(
+            f"{where} holds {len(runs)} finished runs, its sweep had {expected} jobs"
+            + (f" ({', '.join(unfinished)})" if unfinished else "")
+        )
+    return runs

@@ -1,15 +1,27 @@
-"""Clusters: an existing scheduler over TLS (distributed's Security), and what is refused."""
+"""Clusters: an existing scheduler over TLS (distributed's Security), what is refused, and what
+the run learns from its workers before training (threads, hosts, whether they read the data)."""
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from distributed import LocalCluster
+from distributed import Client, LocalCluster
+from distributed.node import ServerNode
 from distributed.security import Security
+from distributed.utils import clean_dashboard_address
 
 import dcoded.run
+from dcoded import preflight
 from dcoded.cluster import ClusterError
 from dcoded.config import compose_config
-from tests.conftest import TINY
+from dcoded.data import DatasetError
+from tests.conftest import TINY, tiny_config
+from tests.test_data import make_idx_folder
 
 NO_PROCESSES = [o for o in TINY if "processes" not in o]
 
@@ -34,7 +46,7 @@ def tls_cluster(tmp_path_factory):
         protocol="tls://",
         host="127.0.0.1",
         security=security,
-        dashboard_address=None,
+        dashboard_address=":0",
     ) as cluster:
         yield cluster.scheduler_address, paths
 
@@ -85,3 +97,132 @@ def test_incomplete_tls_settings_fail_before_connecting(tmp_path):
     )
     with pytest.raises(dcoded.run.ConfigError, match=r"cluster\.tls needs"):
         dcoded.run.run(cfg)
+
+
+def test_no_fixed_port_is_taken_without_a_dashboard(monkeypatch, recwarn):
+    """Dask's scheduler serves HTTP even without a dashboard, by default on port 8787: every
+    run warned "Port 8787 is already in use" while another Dask ran. Each server asks for a
+    free port instead, and no dashboard is started unless cluster.dashboard is set."""
+    asked = []
+    real = ServerNode.start_http_server
+
+    def record(self, routes, dashboard_address, default_port=0, **kwargs):
+        ports = [a["port"] for a in clean_dashboard_address(dashboard_address or default_port)]
+        asked.append((type(self).__name__, ports))
+        return real(self, routes, dashboard_address, default_port, **kwargs)
+
+    monkeypatch.setattr(ServerNode, "start_http_server", record)
+    dcoded.run.run(tiny_config())
+    assert ("Scheduler", [0]) in asked and all(ports == [0] for _, ports in asked)
+    assert not [w for w in recwarn if "already in use" in str(w.message)]
+
+
+@pytest.fixture(scope="module")
+def two_thread_cluster():
+    """A scheduler with 2 in-process workers of 2 threads each, as `dask worker` starts them
+    by default."""
+    with LocalCluster(
+        n_workers=2, threads_per_worker=2, processes=False, dashboard_address=":0"
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def _on(address: str, *overrides: str):
+    return compose_config(
+        [*NO_PROCESSES, "cluster=address", f"cluster.address={address}", *overrides]
+    )
+
+
+def test_each_workers_threads_are_recorded_and_more_than_one_is_warned(two_thread_cluster, capsys):
+    summary = dcoded.run.run(_on(two_thread_cluster, "cluster.n_workers=2"))
+    per = summary["environment"]["per_worker"]
+    assert sorted(per) == summary["environment"]["workers"]
+    assert {f["threads"] for f in per.values()} == {2}
+    assert {f["host"] for f in per.values()} == {socket.gethostname()}
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1 and "2 of 2 workers run more than one thread" in warned[0]
+    assert any("more than one thread" in e for e in summary["events"])
+    assert "per worker: 2 Dask threads, 1 torch thread" in dcoded.run.format_results(summary)
+
+
+def test_one_thread_per_worker_is_not_warned(tls_cluster, capsys):
+    address, paths = tls_cluster
+    tls = (f"cluster.tls.{k}={v}" for k, v in paths.items())
+    summary = dcoded.run.run(_on(address, "cluster.n_workers=3", *tls))
+    assert {f["threads"] for f in summary["environment"]["per_worker"].values()} == {1}
+    assert "warning" not in capsys.readouterr().err and not summary["events"]
+
+
+def test_a_worker_that_cannot_read_the_data_is_named_before_training(
+    two_thread_cluster, tmp_path, monkeypatch
+):
+    """The driver reads the folder; the workers (here made to look elsewhere) do not."""
+    make_idx_folder(tmp_path / "mnist", n_train=48)
+    monkeypatch.setattr(preflight, "dataset_files", lambda cfg: [Path("/elsewhere/mnist/x")])
+    run_dir = tmp_path / "run"
+    with pytest.raises(DatasetError) as err:
+        dcoded.run.run(
+            _on(
+                two_thread_cluster,
+                "cluster.n_workers=2",
+                "algorithm=ssgd",
+                "dataset=mnist",
+                f"dataset.path={tmp_path / 'mnist'}",
+            ),
+            out_dir=run_dir,
+        )
+    message = str(err.value)
+    with Client(two_thread_cluster) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+    assert all(f"{w} (host {socket.gethostname()})" in message for w in workers)
+    assert "/elsewhere/mnist/x" in message and "every worker" in message
+    assert not run_dir.exists()  # nothing was measured, nothing written
+
+
+@pytest.mark.slow
+def test_a_relative_dataset_path_reaches_a_worker_started_in_another_folder(tmp_path):
+    """`dask worker` started by hand in another folder: a relative dataset.path was sent as
+    it was typed, and the worker failed with "is not a folder", as if the driver's data were
+    missing. The driver now sends it resolved."""
+    driver, elsewhere = tmp_path / "driver", tmp_path / "elsewhere"
+    make_idx_folder(driver / "data" / "mnist", n_train=48)
+    elsewhere.mkdir()
+    bin_dir = Path(sys.executable).parent
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": elsewhere}
+    scheduler = ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]
+    worker = ["worker", address, "--nthreads", "1", "--no-dashboard"]
+    started = [subprocess.Popen([bin_dir / "dask", *args], **quiet) for args in (scheduler, worker)]
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dcoded",
+                *NO_PROCESSES,
+                "algorithm=ssgd",
+                "dataset=mnist",
+                "dataset.path=data/mnist",
+                "cluster=address",
+                f"cluster.address={address}",
+                "cluster.n_workers=1",
+                "cluster.connect_timeout_s=60",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ],
+            cwd=driver,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["dataset"] == "mnist" and summary["steps"] == 3
+    (worker_facts,) = summary["environment"]["per_worker"].values()
+    assert worker_facts["threads"] == 1

@@ -14,7 +14,7 @@ from dcoded.coding import best_m, hybrid_plan
 from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
-from dcoded.plots import read_history
+from dcoded.results import read_history
 from dcoded.run import run
 from tests.conftest import tiny_config
 

@@ -66,6 +66,31 @@ def test_bad_settings_fail_before_any_cluster(overrides, needles):
         assert needle in message
 
 
+@pytest.mark.parametrize(
+    "overrides,typed,derived",
+    [
+        # g defaults to n_workers: the limit is the workers the user set, not a group size
+        (["cluster.n_workers=1"], "cluster.n_workers=1", "group_size"),
+        (["cluster.n_workers=2", "coding.redundancy=3"], "cluster.n_workers=2", "group_size"),
+        # train.steps is derived from the epochs
+        (["train.epochs=-1"], "train.epochs=-1", "train.steps="),
+        (["train.epochs=0"], "train.epochs=0", "train.steps="),
+        (["train.epochs=two"], "train.epochs='two'", "train.steps="),
+        (["cluster.n_workers=two"], "cluster.n_workers='two'", "coding."),
+        (["cluster.n_workers=true"], "cluster.n_workers=True", "coding."),
+    ],
+)
+def test_errors_name_the_setting_the_user_typed(overrides, typed, derived):
+    """Each of these named a value the user never set (coding.group_size=1, train.steps=-15)
+    or said "must be >= 1" of a word."""
+    with pytest.raises(ConfigError) as err:
+        run(tiny_config(*overrides))
+    message = str(err.value)
+    assert typed in message and derived not in message and "\n" not in message
+    if "two" in typed or "True" in typed:
+        assert "an integer" in message
+
+
 def _write_idx(path: Path, magic: int, dims: tuple[int, ...], payload: bytes, gz=False):
     header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims)
     opener = gzip.open if gz else open

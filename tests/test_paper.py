@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from dcoded.coding import load_table
 from dcoded.config import CONFIG_DIR, compose_config
 from dcoded.run import build_spec
-from paper import paths, report
+from paper import paths, report, table_time
 from paper.sweep import split_overrides
 from paper.table_time import reduction
 
@@ -63,6 +63,7 @@ def test_the_sweeps_cover_what_the_results_need():
     assert values("paper_phases", "coding.redundancy") == {"1", "2", "3", "4"}
     assert values("paper_loads", "coding.shuffle") == {"coded", "uncoded"}
     assert values("paper_accuracy", "algorithm") == {"ssgd", "asgd", "ddp", "cdc"}
+    assert values("paper_accuracy", "model") == {"dnn", "cnn"}  # Figure 4 showed the DNN only
     assert len(values("paper_bandwidth", "cluster.bandwidth_mbit")) >= 3
     # Table 1 sets paper_time's baselines beside paper_phases' cdc: same conditions
     time, phases = (compose_config([f"experiment={e}"]) for e in ("paper_time", "paper_phases"))
@@ -93,6 +94,64 @@ def test_reductions_and_verdicts():
     assert report.verdict(50.0, 53.97).startswith("**holds**,")
     assert "smaller" in report.verdict(10.0, 53.97)
     assert "larger" in report.verdict(80.0, 26.89)
+
+
+def _fake_sweep(results: Path, experiment: str, summaries: list[dict]) -> None:
+    """What stage 1 leaves: a finished sweep of these summaries, one job folder each."""
+    where = paths.sweep_dir(results, "small", experiment)
+    for num, summary in enumerate(summaries):
+        (where / f"{num}-job").mkdir(parents=True)
+        (where / f"{num}-job" / "summary.json").write_text(json.dumps(summary))
+    (where / "complete.json").write_text(json.dumps({"jobs": len(summaries)}))
+
+
+def _timed(model: str, algorithm: str, total: float, r: int | None = None) -> dict:
+    """A summary with what Table 1 and its report read."""
+    step = {"step_median": total / 40, "map": 0.01, "shuffle": 0.01, "params": 0.01}
+    return {
+        "model": model,
+        "algorithm": algorithm,
+        "redundancy": r,
+        "shuffle": "coded" if r else None,
+        "n_workers": 4,
+        "n_params": 1000,
+        "time_s": {"total": total, **step},
+        "bytes_per_worker": {"unicast": 4000.0},
+        "environment": {},
+    }
+
+
+def test_the_verdict_rests_on_coding_in_play_not_on_r_1_or_r_K(tmp_path):
+    """REPORT.md said "holds, and the saving is larger than the paper's" where the fastest
+    cdc was r = K = 4 (the DNN) or r = 1 (the CNN): runs where nothing is coded."""
+    baselines = [("ssgd", 100.0), ("asgd", 90.0), ("ddp", 20.0)]
+    _fake_sweep(
+        tmp_path,
+        "paper_time",
+        [_timed(m, a, t) for m in ("dnn", "cnn") for a, t in baselines],
+    )
+    cdc = {"dnn": [50.0, 80.0, 95.0, 30.0], "cnn": [60.0, 110.0, 120.0, 70.0]}  # r = 1..4
+    _fake_sweep(
+        tmp_path,
+        "paper_phases",
+        [_timed(m, "cdc", t, r) for m in cdc for r, t in enumerate(cdc[m], start=1)],
+    )
+    dnn, cnn = table_time.compute(tmp_path, "small")
+    assert (dnn["coded_best_r"], dnn["coded_s"], cnn["coded_best_r"]) == (2, 80.0, 2)
+    assert dnn["less_than_ssgd_pct"] == pytest.approx(20.0)
+    assert (dnn["r1_s"], dnn["rK_s"]) == (50.0, 30.0)
+    text = report.result_time(tmp_path, "small")
+    dnn_part, cnn_part = text.split("**CNN**")
+    assert "against SSGD: 20.0% less time here" in dnn_part
+    assert "holds in direction**, but the saving is smaller" in dnn_part
+    assert "r = 1 and r = 4 are faster than any coded r here" in dnn_part
+    assert "against SSGD: 10.0% *more* time here" in cnn_part and "does not hold" in cnn_part
+    assert "larger than the paper's" not in text
+
+
+def test_every_figure_is_embedded_once():
+    figures = [f for *_, embedded in report.SECTIONS for f in embedded]
+    assert len(figures) == len(set(figures))
 
 
 def _paper(stage: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -184,10 +243,12 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     runs = _summaries(small / "paper_time") + _summaries(small / "paper_phases")
     ssgd = next(s for s in runs if s["algorithm"] == "ssgd")["time_s"]["total"]
     asgd = next(s for s in runs if s["algorithm"] == "asgd")["time_s"]["total"]
-    cdc = min((s for s in runs if s["algorithm"] == "cdc"), key=lambda s: s["time_s"]["total"])
+    by_r = {s["redundancy"]: s for s in runs if s["algorithm"] == "cdc"}
+    cdc = by_r[2]  # the only r with coding in play at K = 3 (r = 1 codes nothing)
     (row,) = _csv(out / "tables" / "table1_training_time.csv")
-    assert int(row["cdc_best_r"]) == cdc["redundancy"]
-    assert float(row["cdc_s"]) == cdc["time_s"]["total"]
+    assert int(row["coded_best_r"]) == 2
+    assert float(row["coded_s"]) == cdc["time_s"]["total"]
+    assert float(row["r1_s"]) == by_r[1]["time_s"]["total"] and row["rK_s"] == ""
     assert float(row["less_than_ssgd_pct"]) == pytest.approx(
         100 * (ssgd - cdc["time_s"]["total"]) / ssgd
     )
@@ -213,4 +274,5 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     text = (out / "REPORT.md").read_text()
     assert "local Dask cluster" in text and "synthetic, MNIST-sized" in text
     assert "53.97%" in text and "not run: `paper_bandwidth`" in text
-    assert f"{row['cdc_best_r']}" in text
+    assert "coding in play: cdc at r = 2" in text
+    assert text.count("](figures/fig3_phases.png)") == 1

@@ -218,6 +218,13 @@ def test_check_layout_errors(n, r, g, bad, allowed):
         assert bad in str(e.value) and allowed in str(e.value)
 
 
+def test_the_redundancy_limit_names_where_it_comes_from():
+    with pytest.raises(ValueError, match=r"redundancy=2 is not allowed with n_workers=1:"):
+        check_layout(1, 2)
+    with pytest.raises(ValueError, match=r"redundancy=3 is not allowed with group_size=2:"):
+        check_layout(4, 3, 2)
+
+
 def test_check_layout_ok():
     assert check_layout(4, 2) == 4
     assert check_layout(6, 2, 3) == 3

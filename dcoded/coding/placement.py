@@ -41,8 +41,10 @@ def check_layout(n_workers: int, redundancy: int, group_size: int | None = None)
             f"it must divide n_workers, one of {divisors}"
         )
     if not isinstance(redundancy, int) or not 1 <= redundancy <= g:
+        # name the setting g came from: group_size when it was given, else n_workers
+        limit = f"n_workers={n_workers}" if group_size is None else f"group_size={g}"
         raise ValueError(
-            f"redundancy={redundancy!r} is not allowed with group_size={g}: "
+            f"redundancy={redundancy!r} is not allowed with {limit}: "
             f"it must be an integer in 1..{g}"
         )
     return g

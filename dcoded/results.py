@@ -1,0 +1,212 @@
+"""Reading what runs wrote: one run's folder, every job of a sweep, one table of a sweep.
+
+    python -m dcoded.results multirun/2026-01-01/12-00-00    # writes and prints its table
+
+A Hydra multirun writes each job into a folder of the sweep directory: ``summary.json`` and
+``history.csv`` (:func:`dcoded.run.run`), ``.hydra/`` (the job's number and overrides), and
+``error.txt`` where the job failed. :func:`load_sweep` reads them all, :func:`sweep_table`
+makes one row per job (the overrides that vary, time per step, bytes, accuracy) and
+:func:`write_sweep_table` writes it as ``results.csv`` and ``results.md`` into the sweep
+folder, which every multirun does when it ends (``hydra.callbacks`` in ``conf/config.yaml``).
+Notebooks, ``paper/`` and users read results through here. Nothing here imports torch or Dask.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+#: What a job that failed leaves in its folder: the error (a traceback for a bug).
+ERROR_FILE = "error.txt"
+#: ``results.csv`` and ``results.md``: a sweep's table, in its folder.
+TABLE_STEM = "results"
+
+#: The columns after the overrides that vary: ``(name, where in summary.json, scale)``.
+MEASURED = (
+    ("step_ms", ("time_s", "step_median"), 1e3),
+    ("total_s", ("time_s", "total"), 1.0),
+    ("unicast_bytes", ("bytes_per_worker", "unicast"), 1.0),
+    ("multicast_bytes", ("bytes_per_worker", "multicast"), 1.0),
+    ("params_bytes", ("bytes_per_worker", "params"), 1.0),
+    ("dask_bytes", ("bytes_per_worker", "dask_transfer"), 1.0),
+    ("test_accuracy", ("final", "test_accuracy"), 1.0),
+)
+
+
+def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
+    """``["model=cnn", "coding.redundancy=2"]`` as ``{key: value}`` (values as typed).
+
+    >>> parse_overrides(["model=cnn", "coding.redundancy=2", "+extra=a=b"])
+    {'model': 'cnn', 'coding.redundancy': '2', '+extra': 'a=b'}
+    """
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def read_history(run_dir: str | Path) -> list[dict]:
+    """A run's ``history.csv``, one dict per row (values as written: strings, ``""`` where
+    a value does not apply)."""
+    with open(Path(run_dir) / "history.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load_run(run_dir: str | Path) -> dict:
+    """One run's folder: ``{"dir", "job", "overrides", "status", "summary", "error"}``.
+
+    ``status`` is the summary's (``finished``, or ``interrupted`` by Ctrl-C or SIGTERM),
+    ``failed`` when the job left ``error.txt``, and ``missing`` when it left neither (killed,
+    or still running). ``job`` is Hydra's job number (``None`` outside a multirun).
+    """
+    run_dir = Path(run_dir)
+    hydra_dir = run_dir / ".hydra"
+    overrides, job = {}, None
+    if (hydra_dir / "overrides.yaml").exists():
+        overrides = parse_overrides(yaml.safe_load((hydra_dir / "overrides.yaml").read_text()))
+    if (hydra_dir / "hydra.yaml").exists():
+        job = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["job"].get("num")
+    if job is None and re.match(r"\d+-", run_dir.name):
+        job = int(run_dir.name.split("-", 1)[0])
+    summary, error = None, None
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        status = summary.get("status", "finished")
+    elif (run_dir / ERROR_FILE).exists():
+        error = (run_dir / ERROR_FILE).read_text().strip()
+        status = "failed"
+    else:
+        status = "missing"
+    return {
+        "dir": run_dir,
+        "job": job,
+        "overrides": overrides,
+        "status": status,
+        "summary": summary,
+        "error": error,
+    }
+
+
+def _is_job(folder: Path) -> bool:
+    return any(
+        (folder / name).exists() for name in (".hydra/overrides.yaml", "summary.json", ERROR_FILE)
+    )
+
+
+def load_sweep(sweep_dir: str | Path) -> list[dict]:
+    """Every job of a sweep (:func:`load_run` of each job folder), in job order."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir} is not a folder (a multirun's hydra.sweep.dir)")
+    jobs = [load_run(f) for f in sorted(sweep_dir.iterdir()) if f.is_dir() and _is_job(f)]
+    return sorted(jobs, key=lambda j: (j["job"] is None, j["job"] or 0, j["dir"].name))
+
+
+def varying(jobs: Sequence[Mapping]) -> list[str]:
+    """The override keys whose values differ between jobs, in the order first seen.
+
+    >>> varying([{"overrides": {"a": "1", "b": "x"}}, {"overrides": {"a": "2", "b": "x"}}])
+    ['a']
+    """
+    keys = dict.fromkeys(k for j in jobs for k in j["overrides"])
+    return [k for k in keys if len({j["overrides"].get(k) for j in jobs}) > 1]
+
+
+def _get(summary: Mapping | None, path: Sequence[str]):
+    value = summary
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def sweep_table(jobs: Sequence[Mapping]) -> tuple[list[dict], list[str]]:
+    """``(rows, columns)``: one row per job with the overrides that vary, its status, time
+    per step (median, ms) and in all (s), bytes per worker per step (the gradient exchange
+    counted once per receiver and per packet, the parameters, all that Dask moved) and the
+    final test accuracy; ``error`` is the first line of a failed job's error.
+
+    >>> rows, columns = sweep_table([
+    ...     {"job": 0, "overrides": {"coding.redundancy": "1"}, "status": "finished",
+    ...      "summary": {"time_s": {"step_median": 0.25, "total": 5.0},
+    ...                  "final": {"test_accuracy": 0.9}}, "error": None},
+    ...     {"job": 1, "overrides": {"coding.redundancy": "5"}, "status": "failed",
+    ...      "summary": None, "error": "coding.redundancy=5 is not allowed"}])
+    >>> columns[:4]
+    ['job', 'coding.redundancy', 'status', 'step_ms']
+    >>> [(r["coding.redundancy"], r["step_ms"], r["error"]) for r in rows]
+    [('1', 250.0, None), ('5', None, 'coding.redundancy=5 is not allowed')]
+    """
+    keys = varying(jobs)
+    columns = ["job", *keys, "status", *(name for name, _, _ in MEASURED), "error"]
+    rows = []
+    for j in jobs:
+        row = {"job": j["job"], **{k: j["overrides"].get(k) for k in keys}, "status": j["status"]}
+        for name, path, scale in MEASURED:
+            value = _get(j["summary"], path)
+            row[name] = value * scale if isinstance(value, int | float) else None
+        row["error"] = j["error"].splitlines()[0] if j["error"] else None
+        rows.append(row)
+    return rows, columns
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown(rows: Sequence[Mapping], columns: Sequence[str]) -> str:
+    """A markdown table of ``rows``; floats rounded to 4 digits, ``-`` where there is none.
+
+    >>> print(markdown([{"a": 1, "b": 1234.5}, {"a": None, "b": 0.123456}], ["a", "b"]), end="")
+    | a | b |
+    |---|---|
+    | 1 | 1,234 |
+    | - | 0.1235 |
+    """
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_sweep_table(sweep_dir: str | Path) -> list[dict]:
+    """Write ``results.csv`` (full precision) and ``results.md`` into the sweep folder; return
+    the rows."""
+    sweep_dir = Path(sweep_dir)
+    rows, columns = sweep_table(load_sweep(sweep_dir))
+    with open(sweep_dir / f"{TABLE_STEM}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    per = "bytes per worker per step, times in ms (step, median) and s (total)"
+    (sweep_dir / f"{TABLE_STEM}.md").write_text(
+        f"Sweep {sweep_dir}: {len(rows)} jobs; {per}.\n\n{markdown(rows, columns)}"
+    )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m dcoded.results SWEEP_DIR", file=sys.stderr)
+        return 2
+    try:
+        rows = write_sweep_table(args[0])
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((Path(args[0]) / f"{TABLE_STEM}.md").read_text(), end="")
+    return 1 if any(r["status"] != "finished" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

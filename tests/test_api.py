@@ -1,0 +1,81 @@
+"""The public API as the README shows it: ``from dcoded import compose_config, format_results,
+run``, from a script without a ``__main__`` guard, from stdin, and ``import dcoded`` staying
+light."""
+
+from __future__ import annotations
+
+import csv
+import doctest
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcoded
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_example() -> str:
+    """The README's "From Python or a notebook" code block, exactly as written."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### From Python or a notebook") :]
+    return re.search(r"```python\n(.*?)```", section, re.S)[1]
+
+
+def test_the_public_names_and_the_modules_behind_them():
+    from dcoded import compose_config, format_results, run
+
+    assert callable(run) and run.build_spec  # the module dcoded.run, callable as run.run
+    assert compose_config is dcoded.config.compose_config
+    assert format_results is dcoded.run.format_results
+    assert sorted(dcoded.__all__) == ["compose_config", "format_results", "run"]
+    with pytest.raises(AttributeError, match="no attribute 'train'"):
+        dcoded.train  # noqa: B018
+
+
+@pytest.mark.parametrize("module", ["dcoded.results", "dcoded.run", "dcoded.data", "dcoded.plots"])
+def test_the_docstring_examples(module):
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted and not result.failed
+
+
+def test_import_dcoded_loads_neither_torch_nor_dask():
+    code = "import sys, dcoded; print(sorted({'torch', 'dask'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _check_run(result: subprocess.CompletedProcess, where: Path) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "already in use" not in result.stderr
+    assert "test accuracy" in result.stdout
+    summary = json.loads((where / "runs" / "ssgd" / "summary.json").read_text())
+    with open(where / "runs" / "ssgd" / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert summary["algorithm"] == "ssgd" and summary["steps"] == len(rows) == 100
+    assert summary["final"]["test_accuracy"] > 0.8
+
+
+@pytest.mark.slow
+def test_the_readme_example_as_a_script_without_a_main_guard(tmp_path):
+    """multiprocessing re-ran an unguarded script in every worker process: 552 lines of
+    traceback and a history.csv with only its header."""
+    code = readme_example()
+    assert "__main__" not in code
+    (tmp_path / "example.py").write_text(code)
+    run = [sys.executable, "example.py"]
+    _check_run(subprocess.run(run, cwd=tmp_path, capture_output=True, text=True), tmp_path)
+
+
+@pytest.mark.slow
+def test_the_readme_example_piped_to_python(tmp_path):
+    """From stdin, the workers tried to run '<stdin>' as a file."""
+    result = subprocess.run(
+        [sys.executable, "-"], input=readme_example(), cwd=tmp_path, capture_output=True, text=True
+    )
+    _check_run(result, tmp_path)

@@ -1,0 +1,128 @@
+"""Reading results: a sweep's jobs, one table of them (``dcoded.results``), and a multirun
+that goes on past a bad job and ends with that table in its folder."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcoded.results import load_sweep, sweep_table, write_sweep_table
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _job(sweep: Path, num: int, overrides: list[str], summary=None, error=None) -> Path:
+    """A job folder as Hydra and the app leave it."""
+    folder = sweep / f"{num}-{','.join(overrides)}"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (folder / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    if error is not None:
+        (folder / "error.txt").write_text(error + "\n")
+    return folder
+
+
+def _summary(step_s: float, accuracy: float, status: str = "finished") -> dict:
+    return {
+        "status": status,
+        "time_s": {"step_median": step_s, "total": 40 * step_s},
+        "bytes_per_worker": {
+            "unicast": 1000.0,
+            "multicast": 500.0,
+            "params": 2000.0,
+            "dask_transfer": 3000.0,
+        },
+        "final": {"test_accuracy": accuracy},
+    }
+
+
+def test_a_sweep_is_read_in_job_order_with_what_each_job_left(tmp_path):
+    # job 10 sorts before job 2 by name: the order must come from Hydra's job number
+    _job(tmp_path, 10, ["model=dnn", "coding.redundancy=3"], _summary(0.1, 0.9))
+    _job(tmp_path, 2, ["model=dnn", "coding.redundancy=5"], error="coding.redundancy=5 bad")
+    _job(tmp_path, 1, ["model=dnn", "coding.redundancy=2"], _summary(0.2, 0.8, "interrupted"))
+    _job(tmp_path, 0, ["model=dnn", "coding.redundancy=1"])  # killed: left nothing
+    (tmp_path / "netem-4-workers").mkdir()  # a shared emulated cluster's logs: not a job
+    jobs = load_sweep(tmp_path)
+    assert [j["job"] for j in jobs] == [0, 1, 2, 10]
+    assert [j["status"] for j in jobs] == ["missing", "interrupted", "failed", "finished"]
+    assert jobs[2]["error"] == "coding.redundancy=5 bad"
+    assert jobs[3]["overrides"] == {"model": "dnn", "coding.redundancy": "3"}
+
+
+def test_the_table_has_the_overrides_that_vary_and_each_jobs_numbers(tmp_path):
+    _job(tmp_path, 0, ["model=dnn", "coding.redundancy=1"], _summary(0.25, 0.91))
+    _job(tmp_path, 1, ["model=dnn", "coding.redundancy=9"], error="bad\nmore lines")
+    rows, columns = sweep_table(load_sweep(tmp_path))
+    assert columns[:3] == ["job", "coding.redundancy", "status"] and "model" not in columns
+    assert rows[0]["step_ms"] == 250.0 and rows[0]["total_s"] == 10.0
+    assert rows[0]["unicast_bytes"] == 1000.0 and rows[0]["dask_bytes"] == 3000.0
+    assert rows[0]["test_accuracy"] == 0.91 and rows[0]["error"] is None
+    assert rows[1]["status"] == "failed" and rows[1]["error"] == "bad"
+    assert rows[1]["step_ms"] is None
+
+
+def test_a_folder_that_is_not_there_is_said_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_sweep(tmp_path / "nowhere")
+
+
+def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
+    """`-m coding.redundancy=5,1` stopped at job 0; job 1 never ran."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "-m",
+            *TINY,
+            "train.steps=2",
+            "coding.redundancy=5,1",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 of 2 jobs failed: job 0: coding.redundancy=5")
+    (bad,) = tmp_path.glob("0-*")
+    (good,) = tmp_path.glob("1-*")
+    assert "coding.redundancy=5" in (bad / "error.txt").read_text()
+    assert not (bad / "summary.json").exists()
+    summary = json.loads((good / "summary.json").read_text())  # job 1 ran
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["coding.redundancy"], r["status"]) for r in rows] == [
+        ("0", "5", "failed"),
+        ("1", "1", "finished"),
+    ]
+    assert float(rows[1]["step_ms"]) == pytest.approx(1e3 * summary["time_s"]["step_median"])
+    assert float(rows[1]["unicast_bytes"]) == summary["bytes_per_worker"]["unicast"]
+    assert float(rows[1]["test_accuracy"]) == summary["final"]["test_accuracy"]
+    assert "| 0 | 5 | failed |" in (tmp_path / "results.md").read_text()
+    # the command line reads the same table
+    again = subprocess.run(
+        [sys.executable, "-m", "dcoded.results", str(tmp_path)], capture_output=True, text=True
+    )
+    assert again.returncode == 1 and "| 1 | 1 | finished |" in again.stdout
+
+
+def test_write_sweep_table_returns_what_it_wrote(tmp_path):
+    _job(tmp_path, 0, ["a=1"], _summary(0.1, 0.5))
+    _job(tmp_path, 1, ["a=2"], _summary(0.3, 0.7))
+    rows = write_sweep_table(tmp_path)
+    with open(tmp_path / "results.csv") as f:
+        written = list(csv.DictReader(f))
+    assert [float(r["step_ms"]) for r in written] == [r["step_ms"] for r in rows] == [100, 300]
