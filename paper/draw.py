@@ -16,6 +16,7 @@ from paper import (
     figure_bandwidth,
     figure_loads,
     figure_phases,
+    figure_topology,
     output,
     paths,
     report,
@@ -23,7 +24,14 @@ from paper import (
 )
 from paper.results import MissingResults
 
-SCRIPTS = [table_time, figure_loads, figure_phases, figure_accuracy, figure_bandwidth]
+SCRIPTS = [
+    table_time,
+    figure_loads,
+    figure_phases,
+    figure_accuracy,
+    figure_bandwidth,
+    figure_topology,
+]
 
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:

@@ -26,11 +26,11 @@ COLUMNS = [
     "unicast",
     "theory_unicast",
     "params",
-    "dask",
+    "moved",
     "wire",
     "multicast_d",
     "unicast_d",
-    "dask_d",
+    "moved_d",
     "wire_d",
     "theory_sent_d",
 ]
@@ -64,7 +64,7 @@ def compute(results: Path, size: str) -> list[dict]:
                     for k, src in [
                         ("multicast", "multicast"),
                         ("unicast", "unicast"),
-                        ("dask", "dask_transfer"),
+                        ("moved", "transport"),
                         ("wire", "wire"),
                     ]
                 },
@@ -107,8 +107,8 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "s--",
         label="theory: uncoded shuffle + all-gather",
     )
-    right.plot(*per_d(coded, "dask_transfer"), "kx", ms=9, label="Dask transfers (coded)")
-    right.plot(*per_d(uncoded, "dask_transfer"), "k+", ms=11, label="Dask transfers (uncoded)")
+    right.plot(*per_d(coded, "transport"), "kx", ms=9, label="moved by the transport (coded)")
+    right.plot(*per_d(uncoded, "transport"), "k+", ms=11, label="moved (uncoded)")
     if all(x["bytes_per_worker"]["wire"] is not None for x in cdc):
         right.plot(*per_d(coded, "wire"), "rv", label="wire (coded)")
         right.plot(*per_d(uncoded, "wire"), "r^", mfc="none", label="wire (uncoded)")

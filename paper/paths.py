@@ -16,10 +16,12 @@ EXPERIMENTS = {
     "paper_loads": "Figure 2: communication per worker against r",
     "paper_accuracy": "Figure 4: test accuracy against wall time",
     "paper_bandwidth": "Figure 5: the best r against the links' rate",
+    "paper_topology": "Figure 6: cdc on a switch, a bus and racks, over TCP and as multicast",
+    "paper_topology_base": "Figure 6: DDP and the parameter server on each topology",
 }
 
 #: Experiments that need the emulated network to mean anything (they sweep its rate).
-NEEDS_NETEM = {"paper_bandwidth"}
+NEEDS_NETEM = {"paper_bandwidth", "paper_topology", "paper_topology_base"}
 
 SIZES = ("small", "full")
 
