@@ -378,3 +378,42 @@ def test_cli_prints_the_exchange_table(capsys):
     assert float(first[7]) == pytest.approx(0.1875) and float(first[8]) == pytest.approx(0.375)
     assert main(["-K", "6", "-d", "1200"]) == 0  # bytes: 1.00 segment of 200 values
     assert table_rows(capsys.readouterr().out, 1)[3][9] == "800 (800)"
+
+
+def test_step_bounds_match_the_topology_table():
+    """Issue 11's table at K = 4, in units of d: busiest host on a switch, total on a bus."""
+    from dcoded.coding.loads import step_bounds
+
+    want = {
+        (2, "DDP ring all-reduce"): (1.5, 6.0),
+        (2, "parameter server"): (4.0, 8.0),
+        (2, "cdc coded, unicast"): (1.5, 6.0),
+        (2, "cdc coded, multicast"): (1.5, 2.5),
+        (2, "summed, multicast all-gather"): (1.25, 3.0),
+        (3, "cdc coded, multicast"): (1.0, 4 / 3),
+        (4, "cdc coded, multicast"): (0.0, 0.0),  # r = K: nothing is sent at all
+    }
+    got = {(row["r"], row["scheme"]): row for r in (2, 3, 4) for row in step_bounds(4, r)}
+    for key, (switch, bus) in want.items():
+        assert got[key]["switch"] == pytest.approx(switch) and got[key]["bus"] == pytest.approx(bus)
+
+
+def test_bounds_of_messages_on_each_topology():
+    """The same messages cost what each topology says: multicast helps on a bus, not a
+    receiver's link on a switch, and crosses an uplink once on racks."""
+    from dcoded.coding import bounds
+
+    msgs = [(0, [1, 2, 3], 10.0), (2, [3], 10.0)]
+    racks = [0, 0, 1, 1]
+    uni, multi = (bounds.link_bytes(msgs, 4, m, racks) for m in (False, True))
+    assert uni["egress"][0] == 30 and multi["egress"][0] == 10
+    assert uni["ingress"] == multi["ingress"] == [0, 10, 10, 20]
+    assert uni["medium"] == 40 and multi["medium"] == 20
+    assert dict(uni["up"]) == {0: 20} and dict(multi["up"]) == {0: 10}
+    net = {"rate": 10.0, "uplink": 5.0}
+    assert bounds.seconds({**net, "kind": "switch"}, multi) == 2.0  # host 3 receives 20
+    assert bounds.seconds({**net, "kind": "bus"}, multi) == 2.0
+    assert bounds.seconds({**net, "kind": "bus"}, uni) == 4.0
+    assert bounds.seconds({**net, "kind": "racks"}, uni) == 4.0  # 20 up rack 0 at 5
+    with pytest.raises(ValueError, match="ring"):
+        bounds.seconds({**net, "kind": "ring"}, uni)

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from dcoded.coding.hybrid import hybrid_plan
-from dcoded.coding.loads import exchange_table, load_table
+from dcoded.coding.loads import exchange_table, load_table, step_bounds
 
 COLUMNS = [
     ("r", "r", "{:d}"),
@@ -98,6 +98,27 @@ def format_exchanges(
     return "\n".join(lines)
 
 
+def format_bounds(n_workers: int) -> str:
+    """Per step, what each scheme needs on a switch and on a bus (:func:`step_bounds`)."""
+    lines = [
+        f"One step on each topology, K={n_workers}, units of d (gradient exchange and "
+        "distribution of θ; switch: the busiest host's max(sent, received); bus: all sent, a "
+        "multicast once; over a link's rate in d per second, each is the time bound)",
+        "",
+        "| r | scheme | sent per worker | switch | bus |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for r in range(1, n_workers + 1):
+        for row in step_bounds(n_workers, r):
+            if r > 1 and row["scheme"] in ("DDP ring all-reduce", "parameter server"):
+                continue  # they do not depend on r
+            lines.append(
+                f"| {r} | {row['scheme']} | {row['sent']:.2f} | {row['switch']:.2f} | "
+                f"{row['bus']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dcoded.coding", description=__doc__)
     parser.add_argument("--workers", "-K", type=int, default=4, help="number of workers K")
@@ -108,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(args.workers, args.group_size, args.params))
         print()
         print(format_exchanges(args.workers, args.group_size, args.params))
+        if args.group_size in (None, args.workers):
+            print()
+            print(format_bounds(args.workers))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -216,3 +216,39 @@ def exchange_table(n_workers: int, group_size: int | None = None) -> list[dict]:
         row["best_bus"] = "=".join(n for n in COMPARED if bus[n] == min(bus.values()))
         rows.append(row)
     return rows
+
+
+def step_bounds(n_workers: int, redundancy: int) -> list[dict]:
+    """What one step needs on each topology, gradient exchange plus the distribution of ``θ``,
+    in units of ``d`` (``g = K``): ``switch`` is the busiest host's ``max(sent, received)``,
+    ``bus`` the total on one shared medium (a multicast frame once). Divided by a link's rate
+    (``d`` float32 values per second) each is the step's communication time bound there.
+
+    >>> [(row["scheme"], row["switch"], row["bus"]) for row in step_bounds(4, 2)][:2]
+    [('DDP ring all-reduce', 1.5, 6.0), ('parameter server', 4.0, 8.0)]
+    """
+    K, r = n_workers, redundancy
+    check_layout(K, r)
+    ag = allgather(K)
+    if r == K:  # every worker updates all of θ: nothing is gathered
+        ag = Load(0.0, 0.0)
+    ring, coded, summed = ring_allreduce(K), coded_shuffle(K, r), summed_shuffle(K, r)
+    rows = [
+        ("DDP ring all-reduce", ring.unicast, ring.unicast, K * ring.unicast),
+        ("parameter server", 1.0, float(K), 2.0 * K),  # the server's one link
+        ("cdc coded, unicast", coded.unicast + ag.unicast, None, None),
+        ("cdc coded, multicast", coded.multicast + ag.multicast, None, None),
+        ("summed, unicast", summed.unicast + ag.unicast, None, None),
+        ("summed, multicast all-gather", summed.multicast + ag.multicast, None, None),
+    ]
+    received = {  # per worker; equal for every worker in these balanced schemes
+        "cdc": coded.unicast + ag.unicast,
+        "summed": summed.unicast + ag.unicast,
+    }
+    out = []
+    for scheme, sent, switch, bus in rows:
+        if switch is None:
+            got = received["cdc" if scheme.startswith("cdc") else "summed"]
+            switch, bus = max(sent, got), K * sent
+        out.append({"scheme": scheme, "r": r, "sent": sent, "switch": switch, "bus": bus})
+    return out
