@@ -38,7 +38,19 @@ def test_the_public_names_and_the_modules_behind_them():
         dcoded.train  # noqa: B018
 
 
-@pytest.mark.parametrize("module", ["dcoded.results", "dcoded.run", "dcoded.data", "dcoded.plots"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "dcoded.results",
+        "dcoded.run",
+        "dcoded.data",
+        "dcoded.plots",
+        "dcoded.coding.placement",
+        "dcoded.coding.codec",
+        "dcoded.coding.loads",
+        "dcoded.coding.bounds",
+    ],
+)
 def test_the_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted and not result.failed
