@@ -54,6 +54,25 @@ def loads(n_workers: int, ax, group_size: int | None = None):
     return ax
 
 
+def topology_bounds(n_workers: int, axes):
+    """What one step needs on a switch and on a bus against ``r`` (two ``Axes``), per scheme,
+    in units of ``d`` (:func:`dcoded.coding.loads.step_bounds`): over a link's rate, the
+    step's communication time bound there."""
+    from dcoded.coding.loads import step_bounds
+
+    rows = [row for r in range(1, n_workers + 1) for row in step_bounds(n_workers, r)]
+    for ax, where in zip(axes, ("switch", "bus"), strict=True):
+        for scheme in dict.fromkeys(row["scheme"] for row in rows):
+            mine = [row for row in rows if row["scheme"] == scheme]
+            ax.plot([row["r"] for row in mine], [row[where] for row in mine], "o-", label=scheme)
+        ax.set_xticks(range(1, n_workers + 1))
+        ax.set_xlabel("redundancy r")
+        ax.set_ylabel("per step (units of d)")
+        ax.set_title(f"{where}: " + ("busiest host" if where == "switch" else "all on the medium"))
+    axes[0].legend(fontsize="small")
+    return axes
+
+
 #: The bar segment of the step time that no phase accounts for.
 OTHER = "other: scheduling, waits"
 
