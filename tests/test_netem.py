@@ -402,9 +402,12 @@ def test_queue_depth_is_a_setting():
             capture_output=True,
             text=True,
         ).stdout
-        # tbf turns latency into a byte limit: 5 ms at 50 Mbit/s plus the burst
-        limit = int(out.split(" limit ")[1].split("b")[0])
-        assert limit < 50e6 / 8 * 0.005 + 16_000 + 2_000, out
+        assert " lat 5ms" in out, out  # tbf's latency: how long a frame may wait queued
+        netem.retune(net, netem.Links(rate_mbit=50, queue_ms=40))
+        again = subprocess.run(
+            ["tc", "-n", net.hub, "qdisc", "show", "dev", "v1"], capture_output=True, text=True
+        ).stdout
+        assert " lat 40ms" in again, again
     finally:
         netem.destroy(net)
 
