@@ -179,7 +179,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     except ValueError as e:
         raise ConfigError(config_names(str(e))) from None
     if spec.transport == "multicast":
-        paces = _paces(cluster, transport_cfg, placement, spec.shuffle)
+        paces = _paces(cluster, transport_cfg, spec)
         spec = dataclasses.replace(spec, pace_mbit=paces)
     if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
         raise ConfigError(
@@ -255,11 +255,14 @@ def _multicast_or_fallback(cluster: Mapping, transport: Mapping) -> tuple[str, s
     )
 
 
-def _paces(cluster: Mapping, transport: Mapping, placement, shuffle: str) -> dict[str, float]:
+def _paces(cluster: Mapping, transport: Mapping, spec: RunSpec) -> dict[str, float]:
     """Each multicast sender's pace in Mbit/s, per phase (``shuffle``, ``seg``):
-    ``transport.pace_mbit``, or the bottleneck's share when all of a phase's senders send at
-    once: on a bus the medium over the phase's senders; elsewhere a receiver's link over the
-    most senders one receiver hears (and on racks an uplink over the most senders behind it)."""
+    ``transport.pace_mbit``, or the most every sender can use at once without overrunning a
+    link. A sender that spreads its phase's bytes evenly at pace ``p`` puts
+    ``p · b(s→x) / B(s)`` on a link ``x`` that carries ``b(s→x)`` of its ``B(s)`` bytes (a
+    multicast once per link), so ``p`` is the link's rate over ``max_x Σ_s b(s→x) / B(s)``:
+    on a bus the one medium (every sender's bytes cross it), elsewhere each receiver's link
+    (and on racks each uplink, both ways), and never above a sender's own link."""
     if transport.get("pace_mbit"):
         pace = transport["pace_mbit"]
         if not isinstance(pace, int | float) or pace <= 0:
@@ -272,27 +275,27 @@ def _paces(cluster: Mapping, transport: Mapping, placement, shuffle: str) -> dic
             "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
         )
     topology, rack = links.get("topology", "switch"), links.get("rack_size")
+    uplink = links.get("uplink_mbit") or rate
     paces = {}
-    for phase, messages in step_messages(placement, shuffle).items():
-        heard = defaultdict(set)  # receiver -> senders
-        for sender, receivers, _ in messages:
+    for phase, messages in step_messages(spec.placement, spec.shuffle, spec.hybrid).items():
+        sent = defaultdict(float)  # B(s)
+        for sender, _, size in messages:
+            sent[sender] += size
+        use = defaultdict(float)  # link -> Σ_s b(s→link) / B(s), in units of its rate
+        for sender, receivers, size in messages:
+            share = size / sent[sender]
+            if topology == "bus":
+                use["bus"] += share
+                continue
             for r in receivers:
-                heard[r].add(sender)
-        senders = {m[0] for m in messages} or {0}
-        if topology == "bus":
-            share = rate / len(senders)
-        else:
-            share = rate / max((len(v) for v in heard.values()), default=1)
-        if topology == "racks":
-            out, into = defaultdict(set), defaultdict(set)
-            for sender, receivers, _ in messages:
-                for r in receivers:
-                    if r // rack != sender // rack:
-                        out[sender // rack].add(sender)
-                        into[r // rack].add(sender)
-            crowd = max((len(v) for v in [*out.values(), *into.values()]), default=1)
-            share = min(share, links.get("uplink_mbit", rate) / crowd)
-        paces["seg" if phase == "params" else phase] = 0.95 * share
+                use[("in", r)] += share
+            if topology == "racks":
+                home, away = sender // rack, {r // rack for r in receivers} - {sender // rack}
+                if away:
+                    use[("up", home)] += share * rate / uplink
+                for q in away:
+                    use[("down", q)] += share * rate / uplink
+        paces["seg" if phase == "params" else phase] = 0.95 * rate / max([1.0, *use.values()])
     return paces
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from paper import (
     figure_accuracy,
     figure_bandwidth,
+    figure_hybrid,
     figure_loads,
     figure_phases,
     figure_topology,
@@ -31,6 +32,7 @@ SCRIPTS = [
     figure_accuracy,
     figure_bandwidth,
     figure_topology,
+    figure_hybrid,
 ]
 
 

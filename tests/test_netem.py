@@ -470,3 +470,31 @@ def test_multicast_is_refused_where_there_is_none_or_falls_back():
     summary = dcoded.run.run(tiny_config("transport=multicast", "transport.fallback=direct"))
     assert summary["transport"] == "direct"
     assert any("fell back to direct" in e for e in summary["events"])
+
+
+@pytest.mark.parametrize("topology", ["switch", "bus", "racks"])
+@pytest.mark.parametrize(
+    ("shuffle", "r"), [("coded", 1), ("coded", 2), ("summed", 3), ("coded", 4)]
+)
+def test_multicast_paces_are_each_links_share(topology, shuffle, r):
+    """Each phase's pace keeps every link at or under its rate when all senders send at once;
+    at r = K nothing is sent and the pace is the sender's own link."""
+    cfg = netem_config(
+        "transport=multicast",
+        f"cluster.topology={topology}",
+        "cluster.rack_size=2",
+        "cluster.uplink_mbit=50",
+        f"coding.shuffle={shuffle}",
+        f"coding.redundancy={r}",
+        "cluster.n_workers=4",
+    )
+    spec = dcoded.run.build_spec(cfg)[0]
+    rate = 100 * 0.95
+    for phase, pace in spec.pace_mbit.items():
+        assert 0 < pace <= rate, (phase, pace)
+    if topology == "bus" and r < 4:
+        assert spec.pace_mbit["shuffle"] == pytest.approx(rate / 4)  # four senders, one medium
+    if r == 4:
+        assert spec.pace_mbit == {"shuffle": rate, "seg": rate}
+    if topology == "switch" and (shuffle, r) == ("coded", 1):  # a permutation: full rate
+        assert spec.pace_mbit["shuffle"] == pytest.approx(rate)

@@ -252,7 +252,7 @@ def receiver_sets(spec: RunSpec, rank: int) -> list[tuple[int, ...]]:
     sets = set()
     if not spec.replicated:
         for j in range(p.g):
-            for _, receivers in tasks.shuffle_sends(p, spec.shuffle, j):
+            for _, receivers in tasks.shuffle_sends(p, spec.shuffle, j, spec.hybrid):
                 sets.add(tuple(p.global_id(c, k) for k in receivers))
             sets.add(tuple(p.global_id(c, i) for i in range(p.g) if i != j))
         for o in range(p.n_clusters):

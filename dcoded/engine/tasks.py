@@ -273,15 +273,18 @@ def message_values(p: Placement, tag: tuple) -> float:
     return 1 / p.g
 
 
-def step_messages(p: Placement, shuffle: str) -> dict[str, list[tuple[int, list[int], float]]]:
+def step_messages(
+    p: Placement, shuffle: str, plan: HybridPlan | None = None
+) -> dict[str, list[tuple[int, list[int], float]]]:
     """Every message of one step, ``(sender, receivers, length in units of d)`` in global
-    ranks: the ``shuffle`` (with the cross-cluster sum) and the all-gather (``params``)."""
+    ranks: the ``shuffle`` (with the cross-cluster sum) and the all-gather (``params``);
+    ``plan``: the hybrid shuffle's."""
     out: dict[str, list] = {"shuffle": [], "params": []}
     if p.redundancy == p.n_workers:  # every worker updates all of θ: nothing moves
         return out
     for c in range(p.n_clusters):
         for j in range(p.g):
-            for tag, receivers in shuffle_sends(p, shuffle, j):
+            for tag, receivers in shuffle_sends(p, shuffle, j, plan):
                 out["shuffle"].append(
                     (
                         p.global_id(c, j),
