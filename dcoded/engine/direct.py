@@ -266,11 +266,7 @@ def _key(step: int, *parts) -> str:
 
 def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
     """Steps ``start..stop-1`` of this rank; ``after``: its previous task (an ordering)."""
-    st = tasks.find_state(run_id, rank)
-    if st is None:
-        raise tasks.ReplicaMissing(
-            f"the worker for rank {rank} holds no replica of run {run_id}: it was restarted"
-        )
+    st = tasks.state(run_id, rank)
     link: Link = st.link
     for step in range(start, stop):
         t0, repaired = time.time(), getattr(link, "repaired", 0)

@@ -77,7 +77,7 @@ class ReplicaMissing(RuntimeError):
     """A task ran on a worker that does not hold the run's replica (a restarted worker)."""
 
 
-def _state(run_id: str, rank: int) -> WorkerState:
+def state(run_id: str, rank: int) -> WorkerState:
     try:
         return _STATES[(run_id, rank)]
     except KeyError:
@@ -138,33 +138,33 @@ def setup(
     if theta is not None:
         replica.set_theta(theta)
     placement = spec.placement
-    state = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
+    st = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
     if spec.algorithm == "cdc":
         theta = replica.theta
-        shards = range(len(state.segments)) if spec.replicated else [state.local]
+        shards = range(len(st.segments)) if spec.replicated else [st.local]
         for i in shards:
-            seg = state.segments[i]
+            seg = st.segments[i]
             shard = SegmentOptimizer(theta[seg], spec.optimizer)
             shard.load_state_arrays(slice_state(optimizer_state, seg))
-            state.optimizers.append(shard)
-        state.optimizer = state.optimizers[state.local if spec.replicated else 0]
-        result = theta[state.segments[state.local]].copy()
+            st.optimizers.append(shard)
+        st.optimizer = st.optimizers[st.local if spec.replicated else 0]
+        result = theta[st.segments[st.local]].copy()
     else:
         result = np.zeros(0, np.float32)
     with _LOCK:
-        _STATES[(run_id, rank)] = state
+        _STATES[(run_id, rank)] = st
     return result
 
 
 def shard_state(run_id: str, rank: int, *after) -> dict:
     """The optimizer state of this owner's segment, for a checkpoint (``after``: futures
     this must wait for)."""
-    return _state(run_id, rank).optimizer.state_arrays()
+    return state(run_id, rank).optimizer.state_arrays()
 
 
 def current_theta(run_id: str, rank: int, *after) -> np.ndarray:
     """The worker's full ``θ`` (``r = K``, or the direct transport after its all-gather)."""
-    return _state(run_id, rank).replica.theta
+    return state(run_id, rank).replica.theta
 
 
 def teardown(run_id: str, dask_worker=None) -> int:
@@ -173,8 +173,8 @@ def teardown(run_id: str, dask_worker=None) -> int:
         gone = [k for k in _STATES if k[0] == run_id]
         states = [_STATES.pop(k) for k in gone]
         _RECORDS.pop(run_id, None)
-    for state in states:
-        state.close()
+    for gone in states:
+        gone.close()
     return len(gone)
 
 
@@ -445,7 +445,7 @@ def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
     """Map: the summed gradient ``g_T`` of every sub-batch ``T`` this worker holds, at the
     ``θ`` assembled from the owners' segments (none at ``r = K``: the replica keeps ``θ``)."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     if segments:
         st.replica.set_theta(np.concatenate(segments))
     grads, loss, digests = map_grads(st, step)
@@ -456,7 +456,7 @@ def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
 def cdc_send(run_id: str, rank: int, step: int, tag: tuple, grads: dict) -> np.ndarray:
     """The shuffle message ``tag`` (a packet, a whole value or a pre-summed part)."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     message = payload(st, tag, grads)
     record(
         run_id,
@@ -474,7 +474,7 @@ def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -
     """Decode what this owner lacks and reduce its segment (:func:`reduce_segment`);
     ``received`` maps each tag to its message."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     reduced = reduce_segment(st, grads, received)
     extra, p = {}, st.placement
     if p.n_clusters > 1:  # the reduced segment goes to the other clusters' owners
@@ -486,7 +486,7 @@ def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -
 def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.ndarray:
     """:func:`update_segment`, returning the updated segment (the next maps all-gather it)."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     segment = update_segment(st, list(reduced))
     record(
         run_id,
@@ -510,7 +510,7 @@ def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
     """``r = K``: map and update all of ``θ`` on this worker; nothing moves. ``after``: the
     previous step's future on the same worker (an ordering, no data)."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     grads, loss, digests = map_grads(st, step)
     record_map(run_id, st, step, t0, loss, digests)
     t1 = time.time()
@@ -525,7 +525,7 @@ def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
 def ps_grad(run_id: str, rank: int, step: int, part: int, theta: np.ndarray) -> dict:
     """Gradient (summed) of part ``part`` of ``K`` of step ``step``'s samples at ``θ``."""
     t0 = time.time()
-    st = _state(run_id, rank)
+    st = state(run_id, rank)
     with st.lock:  # asgd may hand one worker two updates; a multi-threaded worker runs both
         st.replica.set_theta(theta)
         _, idx = st.replica.step_samples(step)
