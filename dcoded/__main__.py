@@ -16,14 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dcoded.config import CONFIG_DIR
+from dcoded.errors import DcodedError, NetemRunFailed
 from dcoded.interrupt import Interrupted, sigterm_as_interrupt
-from dcoded.netem import NetemRunFailed
 from dcoded.results import ERROR_FILE, write_sweep_table
-from dcoded.run import CLEAN_ERRORS, format_results, run
+from dcoded.run import format_results, run
 
 
-@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")  # dcoded/conf
 def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     out_dir = hydra_cfg.runtime.output_dir
@@ -33,7 +32,7 @@ def app(cfg: DictConfig) -> float | None:
         summary = run(cfg, out_dir=out_dir, reuse_network=multirun)
     except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
         return _failed(multirun, out_dir, str(e), e.code)
-    except CLEAN_ERRORS as e:
+    except DcodedError as e:
         print(f"error: {e}", file=sys.stderr)
         return _failed(multirun, out_dir, str(e), 2)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the run wrote what it measured

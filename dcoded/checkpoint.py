@@ -20,12 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dcoded.errors import CheckpointError
+
 FILE = "checkpoint.npz"
 FORMAT = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupt or does not fit the run."""
 
 
 @dataclass

@@ -21,16 +21,13 @@ from distributed.security import Security
 from distributed.utils import get_mp_context
 
 from dcoded.engine import tasks
+from dcoded.errors import ClusterError
 from dcoded.interrupt import signals_deferred
 
 #: Long enough that no transfer of a run is evicted between two pulls of the logs.
 TRANSFER_LOG_LENGTH = 100_000
 CLUSTER_KINDS = ("local", "address", "netem")
 CLOSE_TIMEOUT_S = 10
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not be started or reached, or has too few workers."""
 
 
 @dataclass

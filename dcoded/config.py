@@ -6,8 +6,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-#: ``conf/`` at the repository root (the package is installed in editable mode from it).
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: The Hydra configs ship inside the package (``dcoded/conf``, the module ``dcoded.conf``), so
+#: a plain ``pip install`` has them: ``python -m dcoded`` finds them from any folder.
+CONFIG_MODULE = "dcoded.conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
@@ -17,7 +19,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     >>> cfg.coding.redundancy, cfg.model.name
     (3, 'cnn')
     """
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
 
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides or []))

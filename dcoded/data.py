@@ -47,6 +47,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from dcoded.errors import DatasetError
+
 __all__ = [
     "DATASET_NAMES",
     "NORMALIZATION",
@@ -96,10 +98,6 @@ CIFAR_ROW = 3 * 32 * 32
 SYNTHETIC_SEPARATION = 5.0
 # Rows generated at once, to bound the temporary of templates[y].
 _CHUNK = 8192
-
-
-class DatasetError(ValueError):
-    """A dataset setting or file is wrong; the message names the path or setting."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,6 +33,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dcoded.errors import DcodedError, NetemRunFailed, NetemUnavailable
+
 #: Every namespace a run makes starts with this, so a stale set is easy to find.
 PREFIX = "dcn"
 TOPOLOGIES = ("switch", "bus", "racks")
@@ -41,10 +43,6 @@ TOPOLOGIES = ("switch", "bus", "racks")
 QUEUE_MS = 20.0
 SUBNET = "10.213.47"  # a /24 that exists only inside the run's namespaces
 SCHEDULER_PORT = 8786
-
-
-class NetemUnavailable(RuntimeError):
-    """This machine (or user) cannot build the emulated network."""
 
 
 @dataclass
@@ -552,14 +550,6 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     return json.loads((out_dir / "summary.json").read_text())
 
 
-class NetemRunFailed(RuntimeError):
-    """The driver inside the emulated network exited with an error (it said why)."""
-
-    def __init__(self, code: int):
-        super().__init__(f"the driver in the emulated network exited with status {code}")
-        self.code = code
-
-
 def wire_probe(hosts: list[Mapping]):
     """A callable giving each worker interface's ``tx_bytes`` now (the wire counters)."""
     parsed = [Host(h["name"], h["ns"], "", h["ifname"], 0.0) for h in hosts]
@@ -570,12 +560,12 @@ def _child(config_file: str, out_dir: str) -> int:
     from omegaconf import OmegaConf
 
     from dcoded.interrupt import Interrupted
-    from dcoded.run import CLEAN_ERRORS, run
+    from dcoded.run import run
 
     cfg = OmegaConf.create(json.loads(Path(config_file).read_text()))
     try:
         run(cfg, out_dir=out_dir)  # the parent prints the results
-    except CLEAN_ERRORS as e:
+    except DcodedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Interrupted as e:  # what was measured is written; one line, as outside

@@ -30,23 +30,23 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dcoded.checkpoint import Checkpoint, CheckpointError, slice_state
+from dcoded.checkpoint import Checkpoint, slice_state
 from dcoded.checkpoint import load as load_checkpoint
-from dcoded.cluster import ClusterError, available_cores, check_cluster_config, open_cluster
+from dcoded.cluster import available_cores, check_cluster_config, open_cluster
 from dcoded.coding import best_m, check_m, loads
 from dcoded.data import DatasetError, absolute_path, check_dataset
 from dcoded.engine.cdc import train_cdc
 from dcoded.engine.ddp import train_ddp
-from dcoded.engine.driving import Context, Divergence, Progress, StepTimeout, WorkerLost
+from dcoded.engine.driving import Context, Progress
 from dcoded.engine.ps import train_asgd, train_ssgd
-from dcoded.engine.record import ReplicaMismatch, TrainingLog, write_history
+from dcoded.engine.record import TrainingLog, write_history
 from dcoded.engine.replica import Replica, param_sha256
 from dcoded.engine.serial import train_serial
 from dcoded.engine.spec import ALGORITHMS, SHUFFLES, TRANSPORTS, RunSpec
-from dcoded.engine.tasks import ReplicaMissing, step_messages
+from dcoded.engine.tasks import step_messages
+from dcoded.errors import ConfigError, RunError
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.models import MODELS
-from dcoded.netem import NetemUnavailable
 from dcoded.optim import SegmentOptimizer, check_optimizer
 from dcoded.preflight import check_workers, thread_warning
 
@@ -57,23 +57,6 @@ TRAINERS = {
     "asgd": train_asgd,
     "ddp": train_ddp,
 }
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names it and says what is allowed."""
-
-
-#: Errors that end a run with one clear line instead of a traceback.
-#: Failures during training; their message gets the checkpoint to resume from.
-RUN_ERRORS = (StepTimeout, WorkerLost, Divergence, ReplicaMismatch, ReplicaMissing)
-CLEAN_ERRORS = (
-    ConfigError,
-    DatasetError,
-    CheckpointError,
-    ClusterError,
-    NetemUnavailable,
-    *RUN_ERRORS,
-)
 
 
 _CONFIG_PREFIX = {
@@ -399,7 +382,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool) -> d
             write_history(run_dir / "history.csv", rows)
         if isinstance(e, KeyboardInterrupt):
             raise _interrupted(e, ctx, rows, cluster_info, started) from None
-        if isinstance(e, RUN_ERRORS):
+        if isinstance(e, RunError):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
         raise
     finally:

@@ -3,7 +3,7 @@
     python -m paper.sweep [--size small|full] [--mnist DIR] [--cluster auto|netem|local]
                           [--only EXPERIMENT ...] [--force] [-- OVERRIDE ...]
 
-Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
+Each experiment ``dcoded/conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
 experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. A sweep that finished
 (``complete.json`` is there) is skipped unless ``--force``; one that did not is moved aside to
 ``<name>.incomplete-<time>`` and run again, so nothing already written is lost.

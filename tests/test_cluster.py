@@ -15,11 +15,11 @@ from distributed.node import ServerNode
 from distributed.security import Security
 from distributed.utils import clean_dashboard_address
 
+import dcoded.errors
 import dcoded.run
 from dcoded import preflight
-from dcoded.cluster import ClusterError
 from dcoded.config import compose_config
-from dcoded.data import DatasetError
+from dcoded.errors import ClusterError, DatasetError
 from tests.conftest import TINY, tiny_config
 from tests.test_data import make_idx_folder
 
@@ -95,7 +95,7 @@ def test_incomplete_tls_settings_fail_before_connecting(tmp_path):
             f"cluster.tls.cert={cert}",
         ]
     )
-    with pytest.raises(dcoded.run.ConfigError, match=r"cluster\.tls needs"):
+    with pytest.raises(dcoded.errors.ConfigError, match=r"cluster\.tls needs"):
         dcoded.run.run(cfg)
 
 

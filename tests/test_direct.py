@@ -12,7 +12,8 @@ import pytest
 from distributed import Client, LocalCluster, get_worker
 from distributed.security import Security
 
-from dcoded.engine.direct import Aborted, Link, PeerLost, PeerTimeout
+from dcoded.engine.direct import Link
+from dcoded.errors import Aborted, PeerLost, PeerTimeout
 
 RUN = "dctestlink"
 

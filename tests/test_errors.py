@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import dcoded.run
-from dcoded.data import DatasetError
-from dcoded.run import ConfigError, run
+from dcoded.errors import ConfigError, DatasetError
+from dcoded.run import run
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,13 +16,14 @@ import numpy as np
 import psutil
 import pytest
 
+import dcoded.errors
 import dcoded.run
 from dcoded import checkpoint
-from dcoded.cluster import ClusterError
 from dcoded.config import compose_config
-from dcoded.engine.driving import Context, Divergence, WorkerLost
+from dcoded.engine.driving import Context
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
+from dcoded.errors import ClusterError, Divergence, WorkerLost
 from tests.conftest import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,7 +311,7 @@ def test_lost_scheduler_stops_the_run(tmp_path):
 def test_resume_refuses_a_run_that_would_not_continue_it(tmp_path, monkeypatch, change, needle):
     _run(tmp_path, "a", "algorithm=serial", "train.steps=4", "train.checkpoint_every=2")
     monkeypatch.setattr(dcoded.run, "open_cluster", None)  # must not be reached
-    with pytest.raises(dcoded.run.ConfigError) as err:
+    with pytest.raises(dcoded.errors.ConfigError) as err:
         dcoded.run.run(tiny_config("train.steps=8", f"train.resume={tmp_path / 'a'}", *change))
     assert needle in str(err.value) and "\n" not in str(err.value)
 
@@ -344,7 +345,7 @@ def test_worker_killed_between_steps_stops_cleanly(tmp_path, algorithm):
 def test_worker_killed_during_evaluation_does_not_hang(tmp_path, monkeypatch):
     """The reviewer's hang: a worker dies while the driver evaluates; the checkpoint right
     after gathers data only that worker held. It must end in WorkerLost, not wait forever."""
-    from dcoded.engine.driving import WorkerLost
+    from dcoded.errors import WorkerLost
 
     real = Replica.evaluate
     killed, calls = [], []

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import dcoded.errors
 import dcoded.run
 from dcoded import netem
 from dcoded.config import compose_config
@@ -146,7 +147,7 @@ def test_without_root_it_fails_at_once_pointing_to_local(monkeypatch):
 
 
 def test_bad_bandwidth_is_a_config_error():
-    with pytest.raises(dcoded.run.ConfigError, match="bandwidth_mbit"):
+    with pytest.raises(dcoded.errors.ConfigError, match="bandwidth_mbit"):
         dcoded.run.run(netem_config("cluster.bandwidth_mbit=-5"))
 
 
@@ -422,7 +423,7 @@ def test_queue_depth_is_a_setting():
     ],
 )
 def test_bad_topologies_are_config_errors(overrides, needle):
-    with pytest.raises(dcoded.run.ConfigError, match=re.escape(needle)):
+    with pytest.raises(dcoded.errors.ConfigError, match=re.escape(needle)):
         dcoded.run.run(netem_config("cluster.n_workers=4", *overrides))
 
 
@@ -465,7 +466,7 @@ def test_multicast_equals_serial_and_repairs_what_is_lost(tmp_path, overrides, d
 
 
 def test_multicast_is_refused_where_there_is_none_or_falls_back():
-    with pytest.raises(dcoded.run.ConfigError, match="transport=multicast needs a network"):
+    with pytest.raises(dcoded.errors.ConfigError, match="transport=multicast needs a network"):
         dcoded.run.run(tiny_config("transport=multicast"))
     summary = dcoded.run.run(tiny_config("transport=multicast", "transport.fallback=direct"))
     assert summary["transport"] == "direct"

@@ -45,6 +45,7 @@ from dcoded.engine.driving import (
 )
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.tasks import task_key
+from dcoded.errors import Aborted, PeerLost, PeerTimeout
 
 #: The worker handler that receives pushed messages.
 PUSH = "dcoded_push"
@@ -53,18 +54,6 @@ CONNECT_TIMEOUT_S = 10.0
 
 #: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
 _LINKS: dict[tuple[str, int], Link] = {}
-
-
-class PeerLost(RuntimeError):
-    """A connection to a peer failed: the peer is gone, or the network dropped the link."""
-
-
-class PeerTimeout(RuntimeError):
-    """The messages a step expects did not all arrive within ``train.step_timeout_s``."""
-
-
-class Aborted(RuntimeError):
-    """The run was torn down while this worker waited for its peers."""
 
 
 class Link:

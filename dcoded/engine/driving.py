@@ -19,23 +19,12 @@ from dcoded import checkpoint
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
+from dcoded.errors import Divergence, StepTimeout, WorkerLost
 
 #: How often a wait looks at the cluster's health while it waits.
 POLL_S = 2.0
 #: How long a question to the scheduler may take before it counts as gone.
 SCHEDULER_TIMEOUT_S = 10.0
-
-
-class StepTimeout(RuntimeError):
-    """A step did not finish within ``train.step_timeout_s``."""
-
-
-class WorkerLost(RuntimeError):
-    """A worker (or the scheduler) went away during the run."""
-
-
-class Divergence(RuntimeError):
-    """The training loss or the parameters stopped being finite."""
 
 
 @dataclass

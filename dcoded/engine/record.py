@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from dcoded.engine import tasks
+from dcoded.errors import ReplicaMismatch
 
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
@@ -41,10 +42,6 @@ HISTORY_COLUMNS = [
     "staleness_mean",
     "staleness_max",
 ]
-
-
-class ReplicaMismatch(RuntimeError):
-    """Two holders of one sub-batch computed different gradients; decoding would be wrong."""
 
 
 class TrainingLog:

@@ -39,6 +39,7 @@ from dcoded.coding import (
 )
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
+from dcoded.errors import ReplicaMissing
 from dcoded.optim import SegmentOptimizer
 
 _LOCK = threading.Lock()
@@ -71,10 +72,6 @@ class WorkerState:
     @property
     def cluster(self) -> int:
         return self.placement.cluster_of(self.rank)
-
-
-class ReplicaMissing(RuntimeError):
-    """A task ran on a worker that does not hold the run's replica (a restarted worker)."""
 
 
 def state(run_id: str, rank: int) -> WorkerState:
