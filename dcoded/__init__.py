@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 __all__ = ["compose_config", "format_results", "run"]
 
 #: Public names and the module that defines each (imported on first use).
-_LAZY = {"compose_config": "dcoded.config", "format_results": "dcoded.run"}
+_LAZY = {"compose_config": "dcoded.config", "format_results": "dcoded.summary"}
 
 
 def __getattr__(name: str):

@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from dcoded.errors import DcodedError, NetemRunFailed
 from dcoded.interrupt import Interrupted, sigterm_as_interrupt
 from dcoded.results import ERROR_FILE, write_sweep_table
-from dcoded.run import format_results, run
+from dcoded.run import run
+from dcoded.summary import format_results
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")  # dcoded/conf

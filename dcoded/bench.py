@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from dcoded.coding import Placement, bounds, hybrid_plan
+from dcoded.coding.messages import step_messages
 from dcoded.config import compose_config
-from dcoded.engine import tasks
 
 COLUMNS = [
     "topology",
@@ -90,7 +90,7 @@ def phase_messages(summary: dict) -> dict[str, list[tuple[int, list[int], float]
         plan = None
         if summary["shuffle"] == "hybrid":
             plan = hybrid_plan(p.g, p.redundancy, summary["hybrid_m"])
-        phases = tasks.step_messages(p, summary["shuffle"], plan)
+        phases = step_messages(p, summary["shuffle"], plan)
         return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
     if algorithm == "ddp":  # ring all-reduce: 2(K-1) chunks of d/K to the next rank
         return {"shuffle": [(i, [(i + 1) % K], 2 * (K - 1) / K * d4) for i in range(K)]}

@@ -20,11 +20,11 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 from distributed.utils import get_mp_context
 
-from dcoded.engine import tasks
+from dcoded.engine import registry
 from dcoded.errors import ClusterError
 from dcoded.interrupt import signals_deferred
 
-#: Long enough that no transfer of a run is evicted between two pulls of the logs.
+#: Long enough that no transfer of a run is evicted between two collections of the logs.
 TRANSFER_LOG_LENGTH = 100_000
 CLUSTER_KINDS = ("local", "address", "netem")
 CLOSE_TIMEOUT_S = 10
@@ -160,6 +160,29 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
 
 
 @contextlib.contextmanager
+def attach_cluster(client: Client, cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]:
+    """The cluster of a client the caller made (a notebook's, a dask-jobqueue or Kubernetes
+    cluster's): wait up to ``cluster.connect_timeout_s`` for ``n_workers`` workers, and on exit
+    drop the run's replicas from them but leave the client and its cluster running."""
+    if client.status != "running":
+        raise ClusterError(f"the client passed to run() is {client.status}, not running")
+    timeout = cfg.get("connect_timeout_s", 10)
+    try:
+        client.wait_for_workers(n_workers, timeout=timeout)
+    except TimeoutError:
+        have = len(client.scheduler_info()["workers"])
+        raise ClusterError(
+            f"the client's cluster has {have} worker(s) after {timeout} s, "
+            f"cluster.n_workers={n_workers} needed"
+        ) from None
+    try:
+        workers = sorted(client.scheduler_info()["workers"])[:n_workers]
+        yield Session(client, workers, None, "client")
+    finally:
+        _teardown(client, run_id)
+
+
+@contextlib.contextmanager
 def _main_not_rerun() -> Iterator[None]:
     """Start worker processes without running the caller's ``__main__`` again in each.
 
@@ -185,7 +208,9 @@ def _preload_forkserver() -> None:
     """Workers forked from a server that has imported torch and the engine once start in a
     fraction of a second, instead of each importing torch itself."""
     ctx = get_mp_context()  # distributed sets its own preload list here, first
-    ctx.set_forkserver_preload(["distributed", "numpy", "torch", "dcoded.engine.tasks"])
+    ctx.set_forkserver_preload(
+        ["distributed", "numpy", "torch", "dcoded.engine.cdc", "dcoded.engine.direct"]
+    )
 
 
 def _teardown(client: Client, run_id: str) -> None:
@@ -193,7 +218,7 @@ def _teardown(client: Client, run_id: str) -> None:
     still there: a dead one would hold ``client.run`` for its whole connect timeout."""
     if client.status == "running":
         with contextlib.suppress(Exception):
-            client.run(tasks.teardown, run_id, on_error="ignore")
+            client.run(registry.teardown, run_id, on_error="ignore")
 
 
 def _close(client: Client) -> None:

@@ -1,15 +1,49 @@
-"""Where the Hydra configs live, and composing them without a Hydra app (notebooks, tests)."""
+"""The run's configuration: composing it (the Hydra configs ship in the package, as the
+module ``dcoded.conf``) and checking it, all before any cluster starts.
+
+:func:`build_spec` turns a composed config into the run's :class:`~dcoded.engine.spec.RunSpec`
+and the driver's replica. It checks the algorithm, the layout ``(K, r, g)``, the batch against
+``C(g, r)`` sub-batches, the transport, the optimizer, the dataset files, the model against the
+data, and a checkpoint to resume from; every refusal is a :class:`~dcoded.errors.ConfigError`
+(or ``DatasetError``, ``CheckpointError``) naming the setting as the config spells it.
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from dcoded.checkpoint import Checkpoint, slice_state
+from dcoded.checkpoint import load as load_checkpoint
+from dcoded.cluster import check_cluster_config
+from dcoded.coding import Placement, best_m, check_layout, check_m, hybrid_plan
+from dcoded.coding.messages import step_messages
+from dcoded.data import absolute_path, check_dataset
+from dcoded.engine import ALGORITHMS
+from dcoded.engine.driver import steps_per_epoch
+from dcoded.engine.replica import Replica, cached_dataset
+from dcoded.engine.spec import SHUFFLES, TRANSPORTS, RunSpec
+from dcoded.errors import ConfigError, DatasetError
+from dcoded.models import MODELS
+from dcoded.optim import SegmentOptimizer, check_optimizer
 
 #: The Hydra configs ship inside the package (``dcoded/conf``, the module ``dcoded.conf``), so
 #: a plain ``pip install`` has them: ``python -m dcoded`` finds them from any folder.
 CONFIG_MODULE = "dcoded.conf"
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
+
+#: How the config spells the settings that ``dcoded.coding`` checks.
+CONFIG_NAMES = {
+    "n_workers": "cluster.n_workers",
+    "redundancy": "coding.redundancy",
+    "group_size": "coding.group_size",
+    "batch_size": "train.batch_size",
+    "hybrid_m": "coding.hybrid_m",
+}
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
@@ -23,3 +57,261 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides or []))
+
+
+def plain(cfg: Mapping) -> dict:
+    """``cfg`` as plain dicts, interpolations resolved.
+
+    >>> plain(OmegaConf.create({"a": 1, "b": "${a}"}))
+    {'a': 1, 'b': 1}
+    """
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
+    """Check ``cfg`` and build the run's :class:`RunSpec`, the driver's own replica (the
+    evaluator, and the serial/parameter-server model) and the checkpoint to resume from.
+
+    The data is loaded first (the number of steps of ``train.epochs`` depends on it), then the
+    spec is built once. Raises :class:`~dcoded.errors.ConfigError`,
+    :class:`~dcoded.errors.DatasetError` or :class:`~dcoded.errors.CheckpointError`; starts
+    nothing.
+
+    >>> spec, replica, _ = build_spec(compose_config(["coding.redundancy=3", "train.epochs=2"]))
+    >>> spec.steps == 2 * (len(replica.data.y_train) // spec.batch_size), spec.redundancy
+    (True, 3)
+    >>> build_spec(compose_config(["coding.redundancy=5"]))
+    Traceback (most recent call last):
+    ...
+    dcoded.errors.ConfigError: coding.redundancy=5 is not allowed with cluster.n_workers=4: it must be an integer in 1..4
+    """  # noqa: E501
+    c = plain(cfg)
+    algorithm = c.get("algorithm", {}).get("name")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known: choose one of {ALGORITHMS}")
+    train, coding, cluster = c.get("train", {}), c.get("coding", {}), c.get("cluster", {})
+    n_workers = cluster.get("n_workers")
+    try:
+        check_cluster_config(cluster, n_workers)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    model = c.get("model", {})
+    if model.get("name") not in MODELS:
+        raise ConfigError(f"model={model.get('name')!r} is not known: choose one of {MODELS}")
+    shuffle = coding.get("shuffle", "coded")
+    if shuffle not in SHUFFLES:
+        raise ConfigError(f"coding.shuffle={shuffle!r} is not allowed: choose one of {SHUFFLES}")
+    transport_cfg = c.get("transport") or {}
+    transport = transport_cfg.get("name", "dask")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
+    notes = []
+    if transport == "multicast" and algorithm == "cdc":
+        transport, note = _multicast_or_fallback(cluster, transport_cfg)
+        notes += [note] if note else []
+    steps_per_task = transport_cfg.get("steps_per_task", 0)
+    if not isinstance(steps_per_task, int) or steps_per_task < 0:
+        raise ConfigError(
+            f"transport.steps_per_task={steps_per_task!r} is not allowed: it must be an integer "
+            ">= 0 (0: one task per worker until the next evaluation, checkpoint or collection "
+            "of records)"
+        )
+    batch = train.get("batch_size")
+    if not isinstance(batch, int) or batch < 1:
+        raise ConfigError(f"train.batch_size={batch!r} is not allowed: it must be an integer >= 1")
+    uses_placement = algorithm in ("cdc", "serial")
+    r = coding.get("redundancy", 1) if uses_placement else 1
+    g = coding.get("group_size") if uses_placement else None
+    m, plan = None, None
+    try:
+        check_layout(n_workers, r, g, names=CONFIG_NAMES)
+        placement = Placement(n_workers, r, g)
+        if uses_placement:
+            placement.check_batch(batch, names=CONFIG_NAMES)
+        if uses_placement and shuffle == "hybrid":
+            m = coding.get("hybrid_m")
+            if m is None:  # the least load for this (g, r), chosen by dcoded.coding
+                m = best_m(placement.g, r)
+            check_m(placement.g, r, m, names=CONFIG_NAMES)
+            plan = hybrid_plan(placement.g, r, m)  # the family is read or solved now
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    paces = None
+    if transport == "multicast":
+        paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
+    if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
+        raise ConfigError(
+            "algorithm=ddp needs worker processes (one torch process group each): "
+            "set cluster.processes=true"
+        )
+    if algorithm == "ddp" and train.get("resume"):
+        raise ConfigError("train.resume is not supported for algorithm=ddp yet")
+    if not uses_placement and batch < n_workers:
+        raise ConfigError(
+            f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
+            f"it must be >= {n_workers} (B/K samples per worker)"
+        )
+    optimizer = c.get("optimizer", {})
+    try:
+        check_optimizer(optimizer)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    dataset = absolute_path(c.get("dataset", {}))  # the workers may run in other folders
+    check_dataset(dataset)
+    n_train = len(cached_dataset(dataset).y_train)  # loads the data, once per process
+    if batch > n_train:
+        raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
+    spec = RunSpec(
+        algorithm=algorithm,
+        n_workers=n_workers,
+        batch_size=batch,
+        steps=_steps(train, n_train, batch),
+        dataset=dataset,
+        model=model,
+        optimizer=optimizer,
+        redundancy=r,
+        group_size=g,
+        shuffle=shuffle,
+        hybrid_m=m,
+        seed=int(train.get("seed", 0)),
+        eval_every=int(train.get("eval_every", 50) or 0),
+        torch_threads=int(cluster.get("torch_threads", 1)),
+        run_id="dc" + uuid.uuid4().hex[:10],
+        step_timeout_s=float(train.get("step_timeout_s", 300)),
+        checkpoint_every=int(train.get("checkpoint_every") or 0),
+        pipeline=bool(train.get("pipeline", True)),
+        transport=transport,
+        steps_per_task=steps_per_task,
+        overlap=bool(transport_cfg.get("overlap", True)),
+        pace_mbit=paces,
+        test_drop=float(transport_cfg.get("test_drop") or 0.0),
+        extra={"notes": notes},
+    )
+    try:
+        reference = Replica(spec)  # builds the model on the driver, on the data loaded above
+    except DatasetError:
+        raise
+    except (ValueError, RuntimeError) as e:  # a model that does not fit the data's shape
+        msg = str(e).splitlines()[0]
+        raise ConfigError(
+            f"model={model['name']} does not fit dataset={dataset.get('name')}: {msg}"
+        ) from None
+    resume = None
+    if train.get("resume"):
+        resume = load_checkpoint(train["resume"])
+        if len(resume.theta) != reference.n_params:
+            raise ConfigError(
+                f"train.resume={train['resume']}: the checkpoint has {len(resume.theta)} "
+                f"parameters, model={model['name']} here has {reference.n_params}"
+            )
+        _check_resume(resume, spec, train["resume"])
+        if resume.step >= spec.steps:
+            raise ConfigError(
+                f"train.resume={train['resume']}: the checkpoint is at step {resume.step}, "
+                f"train.steps={spec.steps}: nothing left to run (raise train.steps)"
+            )
+    return spec, reference, resume
+
+
+def _steps(train: Mapping, n_train: int, batch: int) -> int:
+    """``train.steps``, or ``train.epochs`` whole epochs of the data."""
+    steps, epochs = train.get("steps"), train.get("epochs")
+    if epochs is not None:
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ConfigError(
+                f"train.epochs={epochs!r} is not allowed: it must be an integer >= 1 "
+                "(or null: train.steps counts the steps)"
+            )
+        steps = epochs * steps_per_epoch(n_train, batch)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"train.steps={steps!r} is not allowed: it must be an integer >= 1")
+    return steps
+
+
+def _multicast_or_fallback(cluster: Mapping, transport: Mapping) -> tuple[str, str | None]:
+    """``transport=multicast`` where the network has IP multicast: the emulated one, or a LAN
+    the user vouches for (``transport.lan=true``); elsewhere refused in one line, or
+    ``direct`` when ``transport.fallback=direct`` says so."""
+    if cluster.get("kind") == "netem" or cluster.get("netem") or transport.get("lan"):
+        return "multicast", None
+    where = f"cluster={cluster.get('kind')}"
+    if transport.get("fallback") == "direct":
+        return "direct", f"transport=multicast fell back to direct: no IP multicast on {where}"
+    raise ConfigError(
+        f"transport=multicast needs a network with IP multicast: cluster=netem, or "
+        f"transport.lan=true on a LAN that has it; {where} has none (use transport=direct, or "
+        "transport.fallback=direct to fall back to it)"
+    )
+
+
+def _paces(
+    cluster: Mapping, transport: Mapping, placement: Placement, shuffle: str, plan
+) -> dict[str, float]:
+    """Each multicast sender's pace in Mbit/s, per phase (``shuffle``, ``seg``):
+    ``transport.pace_mbit``, or the most every sender can use at once without overrunning a
+    link. A sender that spreads its phase's bytes evenly at pace ``p`` puts
+    ``p · b(s→x) / B(s)`` on a link ``x`` that carries ``b(s→x)`` of its ``B(s)`` bytes (a
+    multicast once per link), so ``p`` is the link's rate over ``max_x Σ_s b(s→x) / B(s)``:
+    on a bus the one medium (every sender's bytes cross it), elsewhere each receiver's link
+    (and on racks each uplink, both ways), and never above a sender's own link."""
+    if transport.get("pace_mbit"):
+        pace = transport["pace_mbit"]
+        if not isinstance(pace, int | float) or pace <= 0:
+            raise ConfigError(f"transport.pace_mbit={pace!r} is not allowed: it must be > 0")
+        return {"shuffle": float(pace), "seg": float(pace)}
+    links = cluster.get("netem") or cluster
+    rate = links.get("bandwidth_mbit")
+    if not rate:
+        raise ConfigError(
+            "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
+        )
+    topology, rack = links.get("topology", "switch"), links.get("rack_size")
+    uplink = links.get("uplink_mbit") or rate
+    paces = {}
+    for phase, messages in step_messages(placement, shuffle, plan).items():
+        sent = defaultdict(float)  # B(s)
+        for sender, _, size in messages:
+            sent[sender] += size
+        use = defaultdict(float)  # link -> Σ_s b(s→link) / B(s), in units of its rate
+        for sender, receivers, size in messages:
+            share = size / sent[sender]
+            if topology == "bus":
+                use["bus"] += share
+                continue
+            for r in receivers:
+                use[("in", r)] += share
+            if topology == "racks":
+                home, away = sender // rack, {r // rack for r in receivers} - {sender // rack}
+                if away:
+                    use[("up", home)] += share * rate / uplink
+                for q in away:
+                    use[("down", q)] += share * rate / uplink
+        paces["seg" if phase == "params" else phase] = 0.95 * rate / max([1.0, *use.values()])
+    return paces
+
+
+def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:
+    """A resumed run continues the same sample order with state its optimizer can take."""
+    meta = resume.meta
+    for name, mine, key in [
+        ("train.seed", spec.seed, "seed"),
+        ("train.batch_size", spec.batch_size, "batch_size"),
+        ("dataset", spec.dataset.get("name"), "dataset"),
+        ("optimizer", spec.optimizer.get("_target_"), "optimizer"),
+    ]:
+        if key in meta and meta[key] != mine:
+            raise ConfigError(
+                f"train.resume={where}: the checkpoint has {name}={meta[key]}, this run "
+                f"{mine}; a resumed run must keep it (the sample order and state depend on it)"
+            )
+    try:
+        probe = SegmentOptimizer(resume.theta[:1].copy(), spec.optimizer)
+        probe.load_state_arrays(slice_state(resume.optimizer, slice(0, 1)))
+    except Exception as e:  # torch says why the state does not fit, in its own words
+        raise ConfigError(
+            f"train.resume={where}: the checkpoint's optimizer state "
+            f"({', '.join(sorted(resume.optimizer)) or 'empty'}) does not fit this optimizer: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dcoded.errors import DcodedError, NetemRunFailed, NetemUnavailable
+from dcoded.errors import NetemRunFailed, NetemUnavailable
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find.
 PREFIX = "dcn"
@@ -367,12 +367,12 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                     "--death-timeout",
                     str(connect_timeout_s),
                     "--preload",
-                    "dcoded.engine.tasks",
+                    "dcoded.engine.direct",
                 ],
                 env={
                     "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1",
-                    # no transfer of a run may fall out of the logs between two pulls
+                    # no transfer of a run may fall out of the logs between two collections
                     "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "100000",
                 },
                 stdout=out,
@@ -536,7 +536,7 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     spec_file.write_text(json.dumps(child))
     proc = _in_ns(
         net.hosts["drv"],
-        [sys.executable, "-m", "dcoded.netem", "child", str(spec_file), str(out_dir)],
+        [sys.executable, "-m", "dcoded.run", str(spec_file), str(out_dir)],
     )
     try:
         code = proc.wait()
@@ -556,35 +556,12 @@ def wire_probe(hosts: list[Mapping]):
     return lambda: [tx_bytes(h) for h in parsed]
 
 
-def _child(config_file: str, out_dir: str) -> int:
-    from omegaconf import OmegaConf
-
-    from dcoded.interrupt import Interrupted
-    from dcoded.run import run
-
-    cfg = OmegaConf.create(json.loads(Path(config_file).read_text()))
-    try:
-        run(cfg, out_dir=out_dir)  # the parent prints the results
-    except DcodedError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Interrupted as e:  # what was measured is written; one line, as outside
-        print(f"stopped: {e}", file=sys.stderr)
-        return e.exit_code
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dcoded.netem")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("cleanup", help="remove namespaces and processes left by a killed run")
     sub.add_parser("list", help="list the namespaces of netem runs")
-    child = sub.add_parser("child", help=argparse.SUPPRESS)
-    child.add_argument("config")
-    child.add_argument("out_dir")
     args = parser.parse_args(argv)
-    if args.command == "child":
-        return _child(args.config, args.out_dir)
     if args.command == "list":
         print("\n".join(stale_namespaces()) or "no netem namespaces")
         return 0

@@ -30,9 +30,9 @@ def readme_example() -> str:
 def test_the_public_names_and_the_modules_behind_them():
     from dcoded import compose_config, format_results, run
 
-    assert callable(run) and run.build_spec  # the module dcoded.run, callable as run.run
+    assert callable(run) and run.run  # the module dcoded.run, callable as run.run
     assert compose_config is dcoded.config.compose_config
-    assert format_results is dcoded.run.format_results
+    assert format_results is dcoded.summary.format_results
     assert sorted(dcoded.__all__) == ["compose_config", "format_results", "run"]
     with pytest.raises(AttributeError, match="no attribute 'train'"):
         dcoded.train  # noqa: B018

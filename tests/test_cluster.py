@@ -17,6 +17,7 @@ from distributed.utils import clean_dashboard_address
 
 import dcoded.errors
 import dcoded.run
+import dcoded.summary
 from dcoded import preflight
 from dcoded.config import compose_config
 from dcoded.errors import ClusterError, DatasetError
@@ -142,7 +143,7 @@ def test_each_workers_threads_are_recorded_and_more_than_one_is_warned(two_threa
     warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: ")]
     assert len(warned) == 1 and "2 of 2 workers run more than one thread" in warned[0]
     assert any("more than one thread" in e for e in summary["events"])
-    assert "per worker: 2 Dask threads, 1 torch thread" in dcoded.run.format_results(summary)
+    assert "per worker: 2 Dask threads, 1 torch thread" in dcoded.summary.format_results(summary)
 
 
 def test_one_thread_per_worker_is_not_warned(tls_cluster, capsys):

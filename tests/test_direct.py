@@ -12,7 +12,7 @@ import pytest
 from distributed import Client, LocalCluster, get_worker
 from distributed.security import Security
 
-from dcoded.engine.direct import Link
+from dcoded.engine.link import Link
 from dcoded.errors import Aborted, PeerLost, PeerTimeout
 
 RUN = "dctestlink"
@@ -25,7 +25,7 @@ def _open(rank: int, peers: list[str]) -> str:
 
 def _exchange(rank: int, peers: list[str], n: int, timeout: float) -> dict:
     """Send ``n`` values to every other rank, then take what they sent this rank."""
-    from dcoded.engine.direct import _LINKS
+    from dcoded.engine.link import _LINKS
 
     link = _LINKS[(RUN, rank)]
     values = np.arange(n, dtype=np.float32) + rank
@@ -38,7 +38,7 @@ def _exchange(rank: int, peers: list[str], n: int, timeout: float) -> dict:
 
 
 def _close(rank: int) -> None:
-    from dcoded.engine.direct import _LINKS
+    from dcoded.engine.link import _LINKS
 
     _LINKS[(RUN, rank)].close("test over")
 

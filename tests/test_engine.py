@@ -377,7 +377,7 @@ def test_task_keys_give_dask_one_prefix_per_kind():
     per task, and a 400-step run slowed from 116 to 349 ms per step."""
     from dask.utils import key_split
 
-    from dcoded.engine.tasks import parse_key, task_key
+    from dcoded.engine.registry import parse_key, task_key
 
     keys = [task_key("dc0123abcdef", "pkt", s, (0, 1, 2), 1) for s in (0, 17, 399)]
     assert {key_split(k) for k in keys} == {"dcoded-pkt"}

@@ -20,7 +20,7 @@ import dcoded.errors
 import dcoded.run
 from dcoded import checkpoint
 from dcoded.config import compose_config
-from dcoded.engine.driving import Context
+from dcoded.engine.driver import Context
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.errors import ClusterError, Divergence, WorkerLost
@@ -375,7 +375,7 @@ def test_worker_killed_during_evaluation_does_not_hang(tmp_path, monkeypatch):
 
 
 def test_a_scheduler_lost_while_collecting_records_is_a_clean_error():
-    """The race CI once hit: the scheduler killed during the periodic pull of the workers'
+    """The race CI once hit: the scheduler killed during the periodic collection of the workers'
     records raised a bare CommClosedError (status 1, a traceback) instead of the run's error."""
     from distributed.comm.core import CommClosedError
 
@@ -388,7 +388,7 @@ def test_a_scheduler_lost_while_collecting_records_is_a_clean_error():
     log = TrainingLog("r0", n_workers=3, batch_size=24, peers=None)
     ctx = Context(spec=None, client=SchedulerGone(), workers=[], log=log, reference=None)
     with pytest.raises(WorkerLost, match="after step 9: lost the scheduler while collecting"):
-        ctx.pull("after step 9")
+        ctx.collect("after step 9")
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import dcoded.run
+import dcoded.summary
 from dcoded import checkpoint
 from dcoded.engine.replica import Replica
 from dcoded.interrupt import Interrupted, signals_deferred, sigterm_as_interrupt
@@ -51,7 +52,7 @@ def test_sigterm_during_training_writes_history_and_summary(tmp_path, monkeypatc
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps_done"] == 7
     assert summary["param_sha256"] is None and summary["final"]["train_loss"] > 0
-    assert "(interrupted after step 7)" in dcoded.run.format_results(summary)
+    assert "(interrupted after step 7)" in dcoded.summary.format_results(summary)
     assert [int(r["step"]) for r in _history(tmp_path)] == list(range(7))
     assert checkpoint.load(tmp_path).step == 5
     assert not (tmp_path / "theta.npy").exists()  # the final parameters were never reached

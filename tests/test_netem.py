@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import dcoded.config
 import dcoded.errors
 import dcoded.run
 from dcoded import netem
@@ -489,7 +490,7 @@ def test_multicast_paces_are_each_links_share(topology, shuffle, r):
         f"coding.redundancy={r}",
         "cluster.n_workers=4",
     )
-    spec = dcoded.run.build_spec(cfg)[0]
+    spec = dcoded.config.build_spec(cfg)[0]
     rate = 100 * 0.95
     for phase, pace in spec.pace_mbit.items():
         assert 0 < pace <= rate, (phase, pace)

@@ -16,8 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from dcoded.coding import load_table
-from dcoded.config import CONFIG_DIR, compose_config
-from dcoded.run import build_spec
+from dcoded.config import CONFIG_DIR, build_spec, compose_config
 from paper import paths, report, table_time
 from paper.sweep import split_overrides
 from paper.table_time import reduction

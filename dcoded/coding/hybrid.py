@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
@@ -53,12 +54,15 @@ def feasible_m(n: int, r: int) -> range:
     return range(1, r + 1)
 
 
-def check_m(n: int, r: int, m) -> None:
-    """Raise ``ValueError`` naming ``hybrid_m`` and the allowed range."""
+def check_m(n: int, r: int, m, names: Mapping[str, str] | None = None) -> None:
+    """Raise ``ValueError`` naming ``hybrid_m`` and the allowed range (``names``: the settings'
+    spelling in the message, as in :func:`~dcoded.coding.placement.check_layout`)."""
     allowed = feasible_m(n, r)
     if isinstance(m, bool) or not isinstance(m, int) or m not in allowed:
+        names = names or {}
         raise ValueError(
-            f"hybrid_m={m!r} is not allowed with redundancy={r}: it must be an integer in "
+            f"{names.get('hybrid_m', 'hybrid_m')}={m!r} is not allowed with "
+            f"{names.get('redundancy', 'redundancy')}={r}: it must be an integer in "
             f"1..{r} (groups of m+1 workers, 2 <= m+1 <= r+1), or null for the least load"
         )
 

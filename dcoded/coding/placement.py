@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 Subset = tuple[int, ...]
 
 
-def check_layout(n_workers: int, redundancy: int, group_size: int | None = None) -> int:
+def check_layout(
+    n_workers: int,
+    redundancy: int,
+    group_size: int | None = None,
+    names: Mapping[str, str] | None = None,
+) -> int:
     """Validate ``(K, r, g)`` and return the effective group size ``g``.
+
+    ``names`` spells the settings in the message as the caller knows them (the config's
+    ``coding.redundancy``, say); by default they are ``n_workers``, ``redundancy``,
+    ``group_size``.
 
     Raises
     ------
@@ -30,24 +39,37 @@ def check_layout(n_workers: int, redundancy: int, group_size: int | None = None)
     4
     >>> check_layout(6, 2, 3)
     3
+    >>> check_layout(4, 5, names={"redundancy": "coding.redundancy"})
+    Traceback (most recent call last):
+    ...
+    ValueError: coding.redundancy=5 is not allowed with n_workers=4: it must be an integer in 1..4
     """
+    n = _names(names)
     if not isinstance(n_workers, int) or n_workers < 1:
-        raise ValueError(f"n_workers={n_workers!r} is not allowed: it must be an integer >= 1")
+        raise ValueError(
+            f"{n['n_workers']}={n_workers!r} is not allowed: it must be an integer >= 1"
+        )
     g = n_workers if group_size is None else group_size
     if not isinstance(g, int) or not 1 <= g <= n_workers or n_workers % g:
         divisors = [x for x in range(1, n_workers + 1) if n_workers % x == 0]
         raise ValueError(
-            f"group_size={g!r} is not allowed with n_workers={n_workers}: "
-            f"it must divide n_workers, one of {divisors}"
+            f"{n['group_size']}={g!r} is not allowed with {n['n_workers']}={n_workers}: "
+            f"it must divide {n['n_workers']}, one of {divisors}"
         )
     if not isinstance(redundancy, int) or not 1 <= redundancy <= g:
         # name the setting g came from: group_size when it was given, else n_workers
-        limit = f"n_workers={n_workers}" if group_size is None else f"group_size={g}"
+        limit = f"{n['n_workers']}={n_workers}" if group_size is None else f"{n['group_size']}={g}"
         raise ValueError(
-            f"redundancy={redundancy!r} is not allowed with {limit}: "
+            f"{n['redundancy']}={redundancy!r} is not allowed with {limit}: "
             f"it must be an integer in 1..{g}"
         )
     return g
+
+
+def _names(names: Mapping[str, str] | None) -> dict[str, str]:
+    """Each setting's name in messages: the caller's spelling, or the bare name."""
+    keys = ("n_workers", "redundancy", "group_size", "batch_size", "hybrid_m")
+    return {k: (names or {}).get(k, k) for k in keys}
 
 
 def subsets(n: int, r: int) -> list[Subset]:
@@ -210,13 +232,16 @@ class Placement:
             )
         return out
 
-    def check_batch(self, batch_size: int) -> None:
-        """Every sub-batch must hold at least one sample."""
+    def check_batch(self, batch_size: int, names: Mapping[str, str] | None = None) -> None:
+        """Every sub-batch must hold at least one sample (``names``: as in
+        :func:`check_layout`)."""
         need = self.n_clusters * self.n_sub_batches
         if batch_size < need:
+            n = _names(names)
             raise ValueError(
-                f"batch_size={batch_size} is too small for redundancy={self.redundancy}, "
-                f"group_size={self.g}, n_workers={self.n_workers}: it must be >= {need} "
+                f"{n['batch_size']}={batch_size} is too small for "
+                f"{n['redundancy']}={self.redundancy}, {n['group_size']}={self.g}, "
+                f"{n['n_workers']}={self.n_workers}: it must be >= {need} "
                 f"({self.n_clusters} cluster(s) x C({self.g},{self.redundancy})="
                 f"{self.n_sub_batches} sub-batches)"
             )

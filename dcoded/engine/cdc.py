@@ -11,12 +11,25 @@ and collects metrics. At ``r = K`` nothing moves: each worker's step waits on it
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import numpy as np
 
 from dcoded.checkpoint import concat_shards
-from dcoded.engine import tasks
-from dcoded.engine.direct import train_direct
-from dcoded.engine.driving import (
+from dcoded.coding import (
+    charged_value,
+    decode_value,
+    decode_values,
+    encode_packet,
+    encode_values,
+    label_without,
+    sum_in_order,
+    summed_plan,
+)
+from dcoded.coding.messages import plan_of, sent_bytes, shuffle_receives, shuffle_sends
+from dcoded.engine import registry
+from dcoded.engine.driver import (
     Clock,
     Context,
     after_step,
@@ -24,8 +37,205 @@ from dcoded.engine.driving import (
     pinned,
     steps_per_epoch,
 )
+from dcoded.engine.registry import WorkerState, record, state, task_key
 from dcoded.engine.spec import RunSpec
-from dcoded.engine.tasks import task_key
+
+# --------------------------------------------------------------------------- a worker's math
+
+
+def map_grads(st: WorkerState, step: int, on_grad=None) -> tuple[dict, float, dict]:
+    """``(grads, loss, digests)``: the summed gradient ``g_T`` of every sub-batch ``T`` this
+    worker holds at the replica's ``θ``, the loss of the sub-batches it is first holder of,
+    and a digest of each ``g_T`` (the driver compares them across holders).
+    ``on_grad(grads)`` is called after each sub-batch (to send what is ready)."""
+    _, idx = st.replica.step_samples(step)
+    slices = st.placement.sub_batch_slices(st.spec.batch_size)[st.cluster]
+    grads, loss = {}, 0.0
+    for t, label in enumerate(st.placement.sub_batches):
+        if st.local in label:
+            grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
+            if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
+                loss += sub_loss
+            if on_grad is not None:
+                on_grad(grads)
+    # the r holders of a sub-batch must compute the same bits, or XOR decoding is silently
+    # wrong: the driver compares these digests across holders (no bytes on the wire)
+    return grads, loss, {label: _digest(g) for label, g in grads.items()}
+
+
+def record_map(run_id: str, st: WorkerState, step: int, t0: float, loss, digests, stop=None):
+    record(
+        run_id,
+        step=step,
+        rank=st.rank,
+        phase="map",
+        start=t0,
+        stop=time.time() if stop is None else stop,
+        loss=loss,
+        cluster=st.cluster,
+        digests=digests,
+    )
+
+
+def payload(st: WorkerState, tag: tuple, grads: dict) -> np.ndarray:
+    """The message ``tag`` (see :func:`shuffle_sends`) from this worker's own gradients."""
+    kind, p = tag[0], st.placement
+    if kind == "pkt":
+        return encode_packet(tag[1], st.local, grads, st.segments)
+    if kind == "unc":
+        group, k = tag[1], tag[2]
+        return grads[label_without(group, k)][st.segments[k]].copy()
+    if kind == "hyb":
+        group, plan = tag[1], plan_of(p, tag[1])
+        values = {
+            k: charged_value(plan, group, k, grads, st.segments)
+            for k in plan.receivers(group, st.local)
+        }
+        return encode_values(group, st.local, values)
+    k = tag[2]
+    plan = summed_plan(p.g, p.redundancy, k)[st.local]
+    return sum_in_order([grads[t][st.segments[k]] for t in plan])
+
+
+def reduce_segment(st: WorkerState, grads: dict, received: dict) -> np.ndarray:
+    """``G[k]`` of this owner from its own gradients and the messages it received (by tag).
+
+    Coded and uncoded: ``Σ_T g_T[k]`` over every sub-batch in lexicographic order, decoding
+    what it lacks. Summed: its own ``g_T[k]`` (lexicographic), then the received sums in
+    ascending order of sender. Hybrid: its own ``g_T[k]`` (lexicographic), then each decoded
+    ``v(S, k)`` in family order (decoded with the other members' ``v(S, k')``, which it sums
+    itself as their senders do). ``serial`` sums in the same orders.
+    """
+    k, seg, p = st.local, st.segments[st.local], st.placement
+    if st.spec.shuffle == "hybrid":
+        plan = st.spec.hybrid
+        values = []
+        for group in plan.values_for(k):
+            known = {
+                i: charged_value(plan, group, i, grads, st.segments)
+                for i in plan.active(group)
+                if i != k
+            }
+            packets = {j: received[("hyb", group, j)] for j in group if j != k}
+            values.append(decode_values(group, k, packets, known, seg.stop - seg.start))
+        return sum_in_order([grads[t][seg] for t in p.sub_batches if k in t] + values)
+    if st.spec.shuffle == "summed":
+        own = [grads[t][seg] for t in p.sub_batches if k in t]
+        return sum_in_order(own + [received[tag] for tag, _ in shuffle_receives(p, "summed", k)])
+    decoded = {}
+    for group in p.groups_of(k):
+        if st.spec.shuffle == "coded":
+            packets = {j: received[("pkt", group, j)] for j in group if j != k}
+            value = decode_value(group, k, packets, grads, st.segments)
+        else:
+            value = received[("unc", group, k)]
+        decoded[label_without(group, k)] = value
+    return sum_in_order([grads[t][seg] if k in t else decoded[t] for t in p.sub_batches])
+
+
+def update_segment(st: WorkerState, reduced: list[np.ndarray]) -> np.ndarray:
+    """Sum the clusters' reduced segments (cluster order) and apply this owner's optimizer
+    shard with ``G[k] / B``; return the updated segment."""
+    return st.optimizer.step(sum_in_order(list(reduced)), st.spec.batch_size)
+
+
+def update_replicated(st: WorkerState, grads: dict) -> None:
+    """``r = K``: the one sub-batch is the whole batch, so ``G = g_T``; step every segment's
+    shard in segment order (as ``serial`` does) and keep the new ``θ`` in the replica."""
+    (grad,) = grads.values()
+    theta = [
+        shard.step(sum_in_order([grad[seg]]), st.spec.batch_size)
+        for shard, seg in zip(st.optimizers, st.segments, strict=True)
+    ]
+    st.replica.set_theta(np.concatenate(theta))
+
+
+def _digest(values: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(values).view(np.uint8), digest_size=8).hexdigest()
+
+
+# --------------------------------------------------------------------------- the tasks
+
+
+def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
+    """Map: the summed gradient ``g_T`` of every sub-batch ``T`` this worker holds, at the
+    ``θ`` assembled from the owners' segments (none at ``r = K``: the replica keeps ``θ``)."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    if segments:
+        st.replica.set_theta(np.concatenate(segments))
+    grads, loss, digests = map_grads(st, step)
+    record_map(run_id, st, step, t0, loss, digests)
+    return grads
+
+
+def cdc_send(run_id: str, rank: int, step: int, tag: tuple, grads: dict) -> np.ndarray:
+    """The shuffle message ``tag`` (a packet, a whole value or a pre-summed part)."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    message = payload(st, tag, grads)
+    record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="encode",
+        start=t0,
+        stop=time.time(),
+        **sent_bytes(st.placement, tag, message),
+    )
+    return message
+
+
+def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -> np.ndarray:
+    """Decode what this owner lacks and reduce its segment (:func:`reduce_segment`);
+    ``received`` maps each tag to its message."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    reduced = reduce_segment(st, grads, received)
+    extra, p = {}, st.placement
+    if p.n_clusters > 1:  # the reduced segment goes to the other clusters' owners
+        extra = {"multicast": reduced.nbytes, "unicast": reduced.nbytes * (p.n_clusters - 1)}
+    record(run_id, step=step, rank=rank, phase="decode", start=t0, stop=time.time(), **extra)
+    return reduced
+
+
+def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.ndarray:
+    """:func:`update_segment`, returning the updated segment (the next maps all-gather it)."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    segment = update_segment(st, list(reduced))
+    record(
+        run_id,
+        step=step,
+        rank=rank,
+        phase="update",
+        start=t0,
+        stop=time.time(),
+        params=segment.nbytes * (st.placement.g - 1),
+    )
+    return segment
+
+
+def cdc_reduce_update(run_id: str, rank: int, step: int, grads: dict, received: dict):
+    """:func:`cdc_reduce` then :func:`cdc_update` in one task, when there is one cluster and
+    so nothing to sum across clusters (one task fewer per worker and step)."""
+    return cdc_update(run_id, rank, step, cdc_reduce(run_id, rank, step, grads, received))
+
+
+def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
+    """``r = K``: map and update all of ``θ`` on this worker; nothing moves. ``after``: the
+    previous step's future on the same worker (an ordering, no data)."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    grads, loss, digests = map_grads(st, step)
+    record_map(run_id, st, step, t0, loss, digests)
+    t1 = time.time()
+    update_replicated(st, grads)
+    record(run_id, step=step, rank=rank, phase="update", start=t1, stop=time.time(), params=0)
+    return step
+
+
+# --------------------------------------------------------------------------- the graph
 
 
 def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: list) -> list:
@@ -46,13 +256,13 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
         )
 
     if spec.replicated:  # nothing moves: each step waits for the worker's previous one
-        return [submit(tasks.cdc_replicated, k, "rep", segments[k]) for k in range(K)]
+        return [submit(cdc_replicated, k, "rep", segments[k]) for k in range(K)]
 
     maps = {}
     for j in range(K):
         c = p.cluster_of(j)
         owners = [segments[p.global_id(c, i)] for i in range(p.g)]
-        maps[j] = submit(tasks.cdc_map, j, "map", *owners)
+        maps[j] = submit(cdc_map, j, "map", *owners)
 
     received: dict[int, dict] = {k: {} for k in range(K)}
     kind = {"coded": "pkt", "uncoded": "unc", "summed": "sum", "hybrid": "hyb"}[spec.shuffle]
@@ -60,33 +270,31 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
     for c in range(p.n_clusters):
         for j in range(p.g):
             sender = p.global_id(c, j)
-            for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, j, plan):
-                message = submit(tasks.cdc_send, sender, kind, tag, maps[sender], key_parts=tag[1:])
+            for tag, receivers in shuffle_sends(p, spec.shuffle, j, plan):
+                message = submit(cdc_send, sender, kind, tag, maps[sender], key_parts=tag[1:])
                 for k in receivers:
                     received[p.global_id(c, k)][tag] = message
 
     if p.n_clusters == 1:
-        return [submit(tasks.cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
-    reduced = [submit(tasks.cdc_reduce, k, "red", maps[k], received[k]) for k in range(K)]
+        return [submit(cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
+    reduced = [submit(cdc_reduce, k, "red", maps[k], received[k]) for k in range(K)]
     updated = []
     for k in range(K):
         replicas = [reduced[p.global_id(c, p.local(k))] for c in range(p.n_clusters)]
-        updated.append(submit(tasks.cdc_update, k, "seg", *replicas))
+        updated.append(submit(cdc_update, k, "seg", *replicas))
     return updated
 
 
 def train_cdc(ctx: Context) -> np.ndarray:
-    """Run CDC steps from ``ctx.start_step`` to ``spec.steps``; return the final ``θ``
-    (gathered from the owners of cluster 0)."""
+    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` on Dask futures; return the
+    final ``θ`` (gathered from the owners of cluster 0)."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    if spec.transport != "dask":  # direct or multicast: the same loop, another link
-        return train_direct(ctx)
     run, p = spec.run_id, spec.placement
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
     segments = [
         client.submit(
-            tasks.setup,
+            registry.setup,
             run,
             k,
             spec,
@@ -98,17 +306,19 @@ def train_cdc(ctx: Context) -> np.ndarray:
         for k in range(spec.n_workers)
     ]
     ctx.wait_all(segments, "worker setup")
-    ctx.pull("setup")  # setup's records are not training
+    ctx.collect("setup")  # setup's records are not training
 
     def theta() -> np.ndarray:
         if spec.replicated:
-            current = client.submit(tasks.current_theta, run, 0, segments[0], **pinned(workers[0]))
+            current = client.submit(
+                registry.current_theta, run, 0, segments[0], **pinned(workers[0])
+            )
             return ctx.gather(current, "gathering θ")
         return np.concatenate(ctx.gather(segments[: p.g], "gathering θ"))
 
     def snapshot() -> tuple[np.ndarray, dict]:
         states = [
-            client.submit(tasks.shard_state, run, k, segments[k], **pinned(workers[k]))
+            client.submit(registry.shard_state, run, k, segments[k], **pinned(workers[k]))
             for k in range(p.g)
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))

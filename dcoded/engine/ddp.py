@@ -29,8 +29,8 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from dcoded.coding import array_split_slices
-from dcoded.engine import tasks
-from dcoded.engine.driving import (
+from dcoded.engine import registry
+from dcoded.engine.driver import (
     POLL_S,
     Context,
     StepTimeout,
@@ -38,9 +38,9 @@ from dcoded.engine.driving import (
     pinned,
     steps_per_epoch,
 )
+from dcoded.engine.registry import task_key
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
-from dcoded.engine.tasks import task_key
 
 
 def free_port(host: str) -> int:
@@ -63,7 +63,7 @@ def ddp_train(
     run_id: str, rank: int, spec: RunSpec, master: str, port: int, theta0: np.ndarray | None
 ) -> dict:
     """The whole training loop of one rank; returns ``θ`` (rank 0) and the per-step records
-    are left for :func:`dcoded.engine.tasks.pull`."""
+    are left for :func:`dcoded.engine.registry.drain`."""
     ip = urlparse(get_worker().address).hostname
     iface = _interface_of(ip)
     if iface:
@@ -110,7 +110,7 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
         t1 = time.time()
         optimizer.step()
         t2 = time.time()
-        tasks.record(
+        registry.record(
             run_id,
             step=step,
             rank=rank,
@@ -120,7 +120,7 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
             loss=float(loss_sum.detach()),
             allreduced=reduced[0],
         )
-        tasks.record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
+        registry.record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
         reduced[0] = 0
         if rank == 0 and spec.eval_every and (step + 1) % spec.eval_every == 0:
             snapshots[step] = replica.theta  # a copy of d floats: tens of microseconds
@@ -153,7 +153,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
     shown, last_progress = 0, time.monotonic()
     while True:
         ctx.wait_some(futures, POLL_S, "ddp")
-        ctx.pull("ddp")
+        ctx.collect("ddp")
         check_finite(ctx.log.first_nonfinite_loss())
         done_steps = ctx.log.steps_with_records(spec.n_workers)
         if done_steps > shown:
@@ -167,7 +167,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
             raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
     result = ctx.gather(futures[0], "gathering θ")
     theta = result["theta"]
-    ctx.pull("ddp")
+    ctx.collect("ddp")
     ctx.log.ddp_rows(per_epoch)
     for step, snapshot in sorted(result["snapshots"].items()):  # the test accuracy curve
         ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))

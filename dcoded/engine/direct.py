@@ -9,8 +9,8 @@ connection; the receiving worker's handler drops it in the run's mailbox, where 
 waits for exactly the messages it expects (with ``train.step_timeout_s``).
 
 Each worker runs the steps in one task per *chunk*: by default every step up to the next
-evaluation, checkpoint or record pull (``transport.steps_per_task=0``), or ``N`` steps a task.
-The math of a step is that of ``transport=dask`` (:mod:`dcoded.engine.tasks`), in the same order,
+evaluation, checkpoint or record collection (``transport.steps_per_task=0``), or ``N`` steps a task.
+The math of a step is that of ``transport=dask`` (:mod:`dcoded.engine.cdc`), in the same order,
 so both give ``serial``'s ``param_sha256``.
 
 A worker that dies breaks its connections: its peers' sends fail (:class:`PeerLost`), the
@@ -20,203 +20,44 @@ driver finds the worker gone, and tearing the run down wakes every loop still wa
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 import time
 from collections import defaultdict
 
 import numpy as np
 from distributed import get_worker
-from distributed.comm import connect
-from distributed.protocol import to_serialize
 
 from dcoded.checkpoint import concat_shards
-from dcoded.engine import tasks
-from dcoded.engine.driving import (
+from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
+from dcoded.engine import registry
+from dcoded.engine.cdc import (
+    map_grads,
+    payload,
+    record_map,
+    reduce_segment,
+    update_replicated,
+    update_segment,
+)
+from dcoded.engine.driver import (
     Clock,
     Context,
-    StepTimeout,
-    WorkerLost,
     after_step,
     bookkeeping_due,
     pinned,
     steps_per_epoch,
 )
+from dcoded.engine.link import Link
+from dcoded.engine.multicast import MulticastLink
+from dcoded.engine.registry import WorkerState, record, task_key
 from dcoded.engine.spec import RunSpec
-from dcoded.engine.tasks import task_key
-from dcoded.errors import Aborted, PeerLost, PeerTimeout
-
-#: The worker handler that receives pushed messages.
-PUSH = "dcoded_push"
-#: How long the first connection to a peer may take (Dask retries a refused one until then).
-CONNECT_TIMEOUT_S = 10.0
-
-#: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
-_LINKS: dict[tuple[str, int], Link] = {}
-
-
-class Link:
-    """One rank's connections to its peers (opened on first use, kept for the run) and its
-    mailbox. Sends run on the worker's event loop; the step loop waits in :meth:`take`."""
-
-    def __init__(self, run_id: str, rank: int, peers: list[str], worker):
-        """Open the mailbox of ``rank`` on ``worker`` (registering the handler there); the
-        connections open on first use. ``peers``: every rank's worker address."""
-        self.run_id, self.rank, self.peers = run_id, rank, peers
-        self.connection_args = worker.connection_args
-        self.connect_timeout = CONNECT_TIMEOUT_S
-        self.loop = worker.loop.asyncio_loop
-        self._cond = threading.Condition()
-        self._box: dict[str, np.ndarray] = {}
-        self._error: Exception | None = None
-        self._comms: dict[int, object] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._inflight: list = []
-        self.sent: dict[str, int] = defaultdict(int)  # kind -> bytes, drained each step
-        worker.handlers[PUSH] = _on_push
-        _LINKS[(run_id, rank)] = self
-
-    # ------------------------------------------------------------------ receiving
-    def deliver(self, key: str, data: np.ndarray) -> None:
-        """Called by the handler, on the event loop: file one message."""
-        with self._cond:
-            if self._error is None:
-                self._box[key] = data
-                self._cond.notify_all()
-
-    def take(self, expected: dict[str, int], timeout: float) -> dict[str, np.ndarray]:
-        """Wait for every message in ``expected`` (key -> sender rank) and hand them over."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self._error is not None:
-                    raise self._error
-                missing = [k for k in expected if k not in self._box]
-                if not missing:
-                    return {k: self._box.pop(k) for k in expected}
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    senders = sorted({expected[k] for k in missing})
-                    raise PeerTimeout(
-                        f"rank {self.rank} waited train.step_timeout_s={timeout:g}s for "
-                        f"{len(missing)} message(s) from rank(s) {senders} (e.g. {missing[0]})"
-                    )
-                self.waiting({k: expected[k] for k in missing})
-                self._cond.wait(min(left, self.poll_s))
-
-    #: How often a waiting step wakes up to look at what is missing.
-    poll_s = 1.0
-
-    def waiting(self, missing: dict[str, int]) -> None:
-        """Called (under the mailbox lock) each time a step wakes up with messages missing."""
-
-    def fail(self, error: Exception) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = error
-            self._cond.notify_all()
-
-    # ------------------------------------------------------------------ sending
-    def send(self, messages: list[tuple[int, str, str, np.ndarray]]) -> None:
-        """Push ``(rank, key, kind, array)`` messages without waiting; the sends to one peer
-        go in order on its connection, those to different peers at once."""
-        for _, _, kind, data in messages:
-            self.sent[kind] += data.nbytes
-        future = asyncio.run_coroutine_threadsafe(self._send_all(messages), self.loop)
-        future.add_done_callback(self._sent)
-        self._inflight.append(future)
-
-    def flush(self, timeout: float) -> None:
-        """Wait until every message pushed so far has left (raises what a send raised)."""
-        inflight, self._inflight = self._inflight, []
-        for future in inflight:
-            try:
-                future.result(timeout)
-            except TimeoutError:
-                raise PeerTimeout(
-                    f"rank {self.rank} could not hand its messages to the network within "
-                    f"train.step_timeout_s={timeout:g}s"
-                ) from None
-        with self._cond:
-            if self._error is not None:
-                raise self._error
-
-    def drain_sent(self) -> dict[str, int]:
-        sent, self.sent = dict(self.sent), defaultdict(int)
-        return sent
-
-    def _sent(self, future) -> None:
-        if future.cancelled():
-            self.fail(Aborted(f"rank {self.rank}: a send was cancelled"))
-        elif future.exception() is not None:
-            self.fail(future.exception())
-
-    async def _send_all(self, messages) -> None:
-        await asyncio.gather(*(self._send(*m) for m in messages))
-
-    async def _send(self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH) -> None:
-        lock = self._locks.setdefault(dest, asyncio.Lock())
-        async with lock:
-            address = self.peers[dest]
-            try:
-                comm = self._comms.get(dest)
-                if comm is not None and comm.closed():  # it was open: the peer went away
-                    raise OSError("its connection closed")
-                if comm is None:
-                    comm = await connect(
-                        address, timeout=self.connect_timeout, **self.connection_args
-                    )
-                    comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
-                    self._comms[dest] = comm
-                msg = {
-                    "op": op,
-                    "reply": False,
-                    "run": self.run_id,
-                    "rank": dest,
-                    "src": self.rank,
-                    "key": key,
-                    "data": to_serialize(data),
-                }
-                await comm.write(msg, on_error="raise")
-            except (OSError, asyncio.TimeoutError) as e:
-                raise PeerLost(
-                    f"rank {dest} ({address}) was lost: rank {self.rank} could not send to it "
-                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'closed'})"
-                ) from None
-
-    def close(self, reason: str) -> None:
-        """Wake the step loop (it raises :class:`Aborted`) and close the connections."""
-        _LINKS.pop((self.run_id, self.rank), None)
-        self.fail(Aborted(f"rank {self.rank}: {reason}"))
-        if not self.loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(self._close_comms(), self.loop)
-
-    async def _close_comms(self) -> None:
-        comms, self._comms = list(self._comms.values()), {}
-        for comm in comms:
-            with contextlib.suppress(Exception):
-                await comm.close()
-
-
-def _on_push(run=None, rank=None, src=None, key=None, data=None) -> None:
-    """The worker handler ``dcoded_push`` (on the event loop): file the message for its
-    rank, or drop it when the run is gone from this worker."""
-    link = _LINKS.get((run, rank))
-    if link is not None:
-        link.deliver(key, data)
-
+from dcoded.errors import Aborted, PeerLost, PeerTimeout, StepTimeout, WorkerLost
 
 # --------------------------------------------------------------------------- on the workers
 
 
 def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state):
-    """:func:`dcoded.engine.tasks.setup`, the push handler, and this rank's :class:`Link`."""
-    out = tasks.setup(run_id, rank, spec, theta, optimizer_state)
+    """:func:`dcoded.engine.registry.setup`, the push handler, and this rank's :class:`Link`."""
+    out = registry.setup(run_id, rank, spec, theta, optimizer_state)
     if spec.transport == "multicast":
-        from dcoded.engine.multicast import MulticastLink
-
         link = MulticastLink(
             run_id,
             rank,
@@ -229,7 +70,7 @@ def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimi
         )
     else:
         link = Link(run_id, rank, peers, get_worker())
-    tasks.find_state(run_id, rank).link = link
+    registry.find_state(run_id, rank).link = link
     return out
 
 
@@ -241,7 +82,7 @@ def receiver_sets(spec: RunSpec, rank: int) -> list[tuple[int, ...]]:
     sets = set()
     if not spec.replicated:
         for j in range(p.g):
-            for _, receivers in tasks.shuffle_sends(p, spec.shuffle, j, spec.hybrid):
+            for _, receivers in shuffle_sends(p, spec.shuffle, j, spec.hybrid):
                 sets.add(tuple(p.global_id(c, k) for k in receivers))
             sets.add(tuple(p.global_id(c, i) for i in range(p.g) if i != j))
         for o in range(p.n_clusters):
@@ -255,7 +96,7 @@ def _key(step: int, *parts) -> str:
 
 def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
     """Steps ``start..stop-1`` of this rank; ``after``: its previous task (an ordering)."""
-    st = tasks.state(run_id, rank)
+    st = registry.state(run_id, rank)
     link: Link = st.link
     for step in range(start, stop):
         t0, repaired = time.time(), getattr(link, "repaired", 0)
@@ -264,7 +105,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
         else:
             _step(run_id, st, link, step)
         link.flush(st.spec.step_timeout_s)
-        tasks.record(
+        record(
             run_id,
             step=step,
             rank=rank,
@@ -277,16 +118,16 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
     return stop
 
 
-def _replicated_step(run_id: str, st: tasks.WorkerState, step: int) -> None:
+def _replicated_step(run_id: str, st: WorkerState, step: int) -> None:
     t0 = time.time()
-    grads, loss, digests = tasks.map_grads(st, step)
-    tasks.record_map(run_id, st, step, t0, loss, digests)
+    grads, loss, digests = map_grads(st, step)
+    record_map(run_id, st, step, t0, loss, digests)
     t1 = time.time()
-    tasks.update_replicated(st, grads)
-    tasks.record(run_id, step=step, rank=st.rank, phase="update", start=t1, stop=time.time())
+    update_replicated(st, grads)
+    record(run_id, step=step, rank=st.rank, phase="update", start=t1, stop=time.time())
 
 
-def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
+def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
     """Map, shuffle, reduce (and sum across clusters), update, all-gather: one CDC step."""
     spec, p, rank = st.spec, st.placement, st.rank
     c, me, timeout = st.cluster, st.local, spec.step_timeout_s
@@ -296,7 +137,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
 
     def phase(name: str, start: float, **extra) -> float:
         now = time.time()
-        tasks.record(run_id, step=step, rank=rank, phase=name, start=start, stop=now, **extra)
+        record(run_id, step=step, rank=rank, phase=name, start=start, stop=now, **extra)
         return now
 
     def exchange(name: str, part: str, messages, expected) -> dict:
@@ -312,8 +153,8 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
     # each message leaves as soon as the sub-batches it needs are computed (with
     # transport.overlap), so the network works while the map goes on
     unsent = {
-        tag: (receivers, tasks.message_needs(p, tag))
-        for tag, receivers in tasks.shuffle_sends(p, spec.shuffle, me, spec.hybrid)
+        tag: (receivers, message_needs(p, tag))
+        for tag, receivers in shuffle_sends(p, spec.shuffle, me, spec.hybrid)
     }
     counts, encoding = defaultdict(int), [0.0]
 
@@ -323,8 +164,8 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         out = []
         for tag in ready:
             receivers, _ = unsent.pop(tag)
-            message = tasks.payload(st, tag, grads)
-            for field, n in tasks.sent_bytes(p, tag, message).items():
+            message = payload(st, tag, grads)
+            for field, n in sent_bytes(p, tag, message).items():
                 counts[field] += n
             out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
         encoding[0] += time.time() - t
@@ -332,20 +173,20 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
             link.send(out)
 
     t = time.time()
-    grads, loss, digests = tasks.map_grads(st, step, on_grad=send_ready if spec.overlap else None)
+    grads, loss, digests = map_grads(st, step, on_grad=send_ready if spec.overlap else None)
     if not spec.overlap:
         send_ready(grads)
     now = time.time()
-    tasks.record_map(run_id, st, step, t, loss, digests, stop=now - encoding[0])
-    tasks.record(
+    record_map(run_id, st, step, t, loss, digests, stop=now - encoding[0])
+    record(
         run_id, step=step, rank=rank, phase="encode", start=now - encoding[0], stop=now, **counts
     )
-    wanted = tasks.shuffle_receives(p, spec.shuffle, me, spec.hybrid)
+    wanted = shuffle_receives(p, spec.shuffle, me, spec.hybrid)
     got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
 
     t = time.time()
     received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
-    reduced = tasks.reduce_segment(st, grads, received)
+    reduced = reduce_segment(st, grads, received)
     parts = [reduced]
     if p.n_clusters > 1:  # the owners of this segment index in the other clusters
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
@@ -361,7 +202,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
         phase("decode", t)
 
     t = time.time()
-    segment = tasks.update_segment(st, parts)
+    segment = update_segment(st, parts)
     phase("update", t, params=segment.nbytes * (p.g - 1))
 
     got = exchange(
@@ -381,7 +222,7 @@ def _step(run_id: str, st: tasks.WorkerState, link: Link, step: int) -> None:
 
 def chunk_end(ctx: Context, start: int) -> int:
     """The step after the last one of the task that starts at ``start``: the next step with
-    bookkeeping (evaluation, checkpoint, record pull, the last), or ``steps_per_task``."""
+    bookkeeping (evaluation, checkpoint, record collection, the last), or ``steps_per_task``."""
     spec = ctx.spec
     most = spec.steps_per_task or spec.steps
     step = start
@@ -412,15 +253,15 @@ def train_direct(ctx: Context) -> np.ndarray:
         for k in range(spec.n_workers)
     ]
     ctx.wait_all(last, "worker setup")
-    ctx.pull("setup")  # setup's records are not training
+    ctx.collect("setup")  # setup's records are not training
 
     def theta() -> np.ndarray:
-        current = client.submit(tasks.current_theta, run, 0, last[0], **pinned(workers[0]))
+        current = client.submit(registry.current_theta, run, 0, last[0], **pinned(workers[0]))
         return ctx.gather(current, "gathering θ")
 
     def snapshot() -> tuple[np.ndarray, dict]:
         states = [
-            client.submit(tasks.shard_state, run, k, last[k], **pinned(workers[k]))
+            client.submit(registry.shard_state, run, k, last[k], **pinned(workers[k]))
             for k in range(p.g)
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
@@ -460,7 +301,7 @@ def train_direct(ctx: Context) -> np.ndarray:
             ctx.log.driver_step(step, epoch=step // per_epoch, wall_s=done_at, step_s=done_at - t0)
         else:
             with clock.paused():
-                ctx.pull(f"after step {stop - 1}")
+                ctx.collect(f"after step {stop - 1}")
             ctx.log.chunk_rows(range(step, stop), t0, done_at, per_epoch)
         for s in range(step, stop):
             after_step(ctx, s, clock, theta, snapshot)

@@ -24,6 +24,7 @@ senders crossing it, on racks).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import errno
 import hashlib
@@ -35,7 +36,8 @@ import time
 
 import numpy as np
 
-from dcoded.engine import direct
+from dcoded.engine.link import _LINKS, Link
+from dcoded.errors import PeerLost, PeerTimeout
 
 #: The worker handler that receives negative acknowledgements.
 NACK = "dcoded_nack"
@@ -62,8 +64,8 @@ def udp_port(run_id: str) -> int:
     return 20_000 + int(hashlib.blake2b(run_id.encode(), digest_size=2).hexdigest(), 16) % 20_000
 
 
-class MulticastLink(direct.Link):
-    """A :class:`~dcoded.engine.direct.Link` whose messages travel as paced UDP datagrams."""
+class MulticastLink(Link):
+    """A :class:`~dcoded.engine.link.Link` whose messages travel as paced UDP datagrams."""
 
     poll_s = REPAIR_AFTER_S
 
@@ -126,7 +128,7 @@ class MulticastLink(direct.Link):
         deadline = time.monotonic() + timeout
         while self._outbox.unfinished_tasks:
             if time.monotonic() > deadline:
-                raise direct.PeerTimeout(
+                raise PeerTimeout(
                     f"rank {self.rank} could not send its datagrams within {timeout:g}s"
                 )
             time.sleep(0.001)
@@ -156,7 +158,7 @@ class MulticastLink(direct.Link):
                     due += len(datagram) / pace
                 self._transmitted.add(key)
             except OSError as e:
-                self.fail(direct.PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
+                self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
                 self._outbox.task_done()
 
@@ -228,7 +230,7 @@ class MulticastLink(direct.Link):
                 if entry["count"]
                 else np.zeros(0, np.int32)
             )
-            future = direct.asyncio.run_coroutine_threadsafe(
+            future = asyncio.run_coroutine_threadsafe(
                 self._send(sender, key, "nack", lacking, op=NACK), self.loop
             )
             future.add_done_callback(self._sent)
@@ -245,9 +247,9 @@ class MulticastLink(direct.Link):
 
 def _on_nack(run=None, rank=None, src=None, key=None, data=None) -> None:
     """The worker handler ``dcoded_nack``: ``src`` lacks datagrams of ``key`` from ``rank``."""
-    link = direct._LINKS.get((run, rank))
-    if isinstance(link, MulticastLink):
-        link.repair(key, np.asarray(data), src)
+    found = _LINKS.get((run, rank))
+    if isinstance(found, MulticastLink):
+        found.repair(key, np.asarray(data), src)
 
 
 def _fragments(tag: bytes, key: str, data: np.ndarray) -> list[bytes]:

@@ -21,9 +21,9 @@ from concurrent.futures import CancelledError
 import numpy as np
 from distributed import wait
 
-from dcoded.coding import sum_in_order
-from dcoded.engine import tasks
-from dcoded.engine.driving import (
+from dcoded.coding import array_split_slices, sum_in_order
+from dcoded.engine import registry
+from dcoded.engine.driver import (
     POLL_S,
     Clock,
     Context,
@@ -33,8 +33,25 @@ from dcoded.engine.driving import (
     pinned,
     steps_per_epoch,
 )
-from dcoded.engine.tasks import task_key
+from dcoded.engine.registry import state, task_key
 from dcoded.optim import SegmentOptimizer
+
+# --------------------------------------------------------------------------- on the workers
+
+
+def ps_grad(run_id: str, rank: int, step: int, part: int, theta: np.ndarray) -> dict:
+    """Gradient (summed) of part ``part`` of ``K`` of step ``step``'s samples at ``θ``."""
+    t0 = time.time()
+    st = state(run_id, rank)
+    with st.lock:  # asgd may hand one worker two updates; a multi-threaded worker runs both
+        st.replica.set_theta(theta)
+        _, idx = st.replica.step_samples(step)
+        n = st.spec.n_workers
+        grad, loss = st.replica.grad_sum(idx[array_split_slices(len(idx), n)[part]])
+    return {"grad": grad, "loss": loss, "start": t0, "stop": time.time(), "rank": rank}
+
+
+# --------------------------------------------------------------------------- the driver
 
 
 def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
@@ -42,7 +59,7 @@ def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
     spec, client = ctx.spec, ctx.client
     futures = [
         client.submit(
-            tasks.setup,
+            registry.setup,
             spec.run_id,
             k,
             spec,
@@ -52,7 +69,7 @@ def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
         for k, w in enumerate(ctx.workers)
     ]
     ctx.wait_all(futures, "worker setup")
-    ctx.pull("setup")
+    ctx.collect("setup")
     theta = ctx.resume.theta.copy() if ctx.resume else ctx.reference.theta
     optimizer = SegmentOptimizer(theta, spec.optimizer)
     if ctx.resume:
@@ -83,7 +100,7 @@ def train_ssgd(ctx: Context) -> np.ndarray:
         t1 = clock.now()
         futures = [
             client.submit(
-                tasks.ps_grad,
+                ps_grad,
                 run,
                 k,
                 step,
@@ -152,7 +169,7 @@ def train_asgd(ctx: Context) -> np.ndarray:
                 _drop_workers(ctx, {address, *ctx.lost_workers()})
                 address = ctx.workers[update % len(ctx.workers)]
         future = client.submit(
-            tasks.ps_grad,
+            ps_grad,
             run,
             workers.index(address),
             step,

@@ -20,7 +20,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from dcoded.engine import tasks
+from dcoded.engine.registry import parse_key
 from dcoded.errors import ReplicaMismatch
 
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
@@ -145,10 +145,10 @@ class TrainingLog:
     def evaluation(self, step: int, accuracy: float, loss: float) -> None:
         self.rows.setdefault(step, {"step": step}).update(test_accuracy=accuracy, test_loss=loss)
 
-    def pull(self, client) -> None:
-        """Drain the workers' task records and transfer logs (cheap; call every few steps)."""
-        # a worker that died took its unpulled records with it; the others still answer
-        for reply in client.run(tasks.pull, self.run_id, on_error="ignore").values():
+    def ingest(self, replies) -> None:
+        """Take in the workers' records and transfer logs, one reply of
+        :func:`dcoded.engine.registry.drain` per worker."""
+        for reply in replies:
             for rec in reply["records"]:
                 self._add_record(rec)
             for e in reply["out"]:
@@ -191,7 +191,7 @@ class TrainingLog:
     def _attribute(self, key) -> tuple[str, int] | None:
         """``(kind, step)`` a transferred key belongs to, or ``None`` if not this run's
         training traffic. Segments updated in step ``s`` are all-gathered for step ``s+1``."""
-        parsed = tasks.parse_key(key)
+        parsed = parse_key(key)
         if not parsed or parsed[0] != self.run_id:
             return None
         _, kind, step = parsed

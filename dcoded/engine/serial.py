@@ -13,7 +13,7 @@ import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
 from dcoded.coding import HybridPlan, Placement, sum_in_order, summed_plan
-from dcoded.engine.driving import Clock, Context, after_step, steps_per_epoch
+from dcoded.engine.driver import Clock, Context, after_step, steps_per_epoch
 from dcoded.optim import SegmentOptimizer
 
 

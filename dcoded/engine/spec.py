@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass, field
 
 from dcoded.coding import HybridPlan, Placement, hybrid_plan
 
-ALGORITHMS = ("cdc", "serial", "ssgd", "asgd", "ddp")
 #: The gradient exchanges of ``cdc`` (``coding.shuffle``).
 SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
 #: How ``cdc``'s packets and segments travel (``transport``).
@@ -32,7 +31,8 @@ class RunSpec:
     redundancy: int = 1
     group_size: int | None = None
     shuffle: str = "coded"
-    #: ``coding.hybrid_m`` (``shuffle=hybrid``): groups of ``m + 1``; set by ``build_spec``
+    #: ``coding.hybrid_m`` (``shuffle=hybrid``): groups of ``m + 1`` (see
+    #: :func:`dcoded.config.build_spec`)
     hybrid_m: int | None = None
     seed: int = 0
     eval_every: int = 50

@@ -16,6 +16,7 @@ import numpy as np
 from distributed import wait
 
 from dcoded import checkpoint
+from dcoded.engine import registry
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
@@ -142,11 +143,15 @@ class Context:
                 f"{what}: lost the connection to the scheduler (client {self.client.status})"
             )
 
-    def pull(self, what: str) -> None:
-        """Drain the workers' records (:meth:`TrainingLog.pull`). A scheduler that goes away
-        during the call is :class:`WorkerLost` with the reason, not a traceback."""
+    def collect(self, what: str) -> None:
+        """Bring the workers' records to the log: each worker hands over what it recorded since
+        the last collection (:func:`dcoded.engine.registry.drain`); the log takes them in
+        (:meth:`TrainingLog.ingest`). Cheap: call it every few steps. A scheduler that goes
+        away during the call is :class:`WorkerLost` with the reason, not a traceback."""
         try:
-            self.log.pull(self.client)
+            # a worker that died took its records with it; the others still answer
+            replies = self.client.run(registry.drain, self.spec.run_id, on_error="ignore")
+            self.log.ingest(replies.values())
         except (OSError, TimeoutError) as e:
             raise WorkerLost(f"{what}: lost the scheduler while collecting records ({e})") from None
 
@@ -220,7 +225,7 @@ def steps_per_epoch(n_train: int, batch_size: int) -> int:
 
 
 #: Steps between two drains of the workers' records.
-PULL_EVERY = 10
+COLLECT_EVERY = 10
 
 
 def bookkeeping_due(ctx: Context, step: int) -> bool:
@@ -228,7 +233,7 @@ def bookkeeping_due(ctx: Context, step: int) -> bool:
     spec, done = ctx.spec, step + 1
     return (
         done == spec.steps
-        or done % PULL_EVERY == 0
+        or done % COLLECT_EVERY == 0
         or bool(spec.eval_every and done % spec.eval_every == 0)
         or bool(spec.checkpoint_every and done % spec.checkpoint_every == 0)
     )
@@ -251,8 +256,8 @@ def after_step(
     done = step + 1
     last = done == spec.steps
     with clock.paused():
-        if ctx.client is not None and (last or done % PULL_EVERY == 0):
-            ctx.pull(f"after step {step}")
+        if ctx.client is not None and (last or done % COLLECT_EVERY == 0):
+            ctx.collect(f"after step {step}")
         check_finite(log.first_nonfinite_loss())
         if last or (spec.eval_every and done % spec.eval_every == 0):
             acc, loss = ctx.reference.evaluate(theta())

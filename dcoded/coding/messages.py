@@ -1,0 +1,125 @@
+"""The messages of one CDC step: who sends what to whom, how long it is, what it needs.
+
+A shuffle message is named by a *tag* (local indices throughout): ``("pkt", S, j)`` the coded
+packet ``P(S, j)``, ``("unc", S, k)`` the value ``v(S, k)`` sent whole, ``("sum", j, k)`` the
+sum sender ``j`` pre-adds for owner ``k``, ``("hyb", S, j)`` the hybrid packet over the
+pre-summed values ``v(S, ·)`` of group ``S`` (its plan: :func:`plan_of`). Both transports of
+the engine, the multicast pacing and the benchmark's bounds read the step from here.
+
+>>> from dcoded.coding.placement import Placement
+>>> p = Placement(4, 2)
+>>> shuffle_sends(p, "coded", 0)[0]
+(('pkt', (0, 1, 2), 0), [1, 2])
+>>> sum(size for _, _, size in step_messages(p, "coded")["shuffle"]) * 4  # K·L(r) = 4·1/(2·4)·...
+2.0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcoded.coding.hybrid import HybridPlan, hybrid_plan
+from dcoded.coding.placement import Placement, label_without, summed_plan, uncoded_sender
+
+
+def plan_of(p: Placement, group: tuple) -> HybridPlan:
+    """The hybrid plan a ``hyb`` tag belongs to: groups of ``m + 1`` workers."""
+    return hybrid_plan(p.g, p.redundancy, len(group) - 1)
+
+
+def shuffle_sends(
+    p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
+) -> list[tuple[tuple, list[int]]]:
+    """``(tag, receivers)`` of every message the worker of local index ``local`` sends
+    (``plan``: the hybrid shuffle's, for ``shuffle="hybrid"``)."""
+    out = []
+    if shuffle == "hybrid":
+        return [(("hyb", group, local), ks) for group, ks in plan.sends(local)]
+    if shuffle == "summed":
+        for k in range(p.g):
+            if k != local and local in summed_plan(p.g, p.redundancy, k):
+                out.append((("sum", local, k), [k]))
+        return out
+    for group in p.groups_of(local):
+        if shuffle == "coded":
+            out.append((("pkt", group, local), [k for k in group if k != local]))
+        else:
+            out += [(("unc", group, k), [k]) for k in group if uncoded_sender(group, k) == local]
+    return out
+
+
+def shuffle_receives(
+    p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
+) -> list[tuple[tuple, int]]:
+    """``(tag, sender)`` of every message the owner of segment ``local`` needs."""
+    if shuffle == "hybrid":
+        return [
+            (("hyb", group, j), j) for group in plan.values_for(local) for j in group if j != local
+        ]
+    if shuffle == "summed":
+        return [(("sum", j, local), j) for j in summed_plan(p.g, p.redundancy, local)]
+    if shuffle == "coded":
+        return [(("pkt", group, j), j) for group in p.groups_of(local) for j in group if j != local]
+    return [(("unc", group, local), uncoded_sender(group, local)) for group in p.groups_of(local)]
+
+
+def message_values(p: Placement, tag: tuple) -> float:
+    """How long message ``tag`` is, in units of ``d`` (the closed form: pieces and segments
+    of lengths that do not divide evenly differ by one value)."""
+    if tag[0] in ("pkt", "hyb"):  # a packet of pieces of 1/m of a segment (m = r for CDC)
+        return 1 / (p.g * (len(tag[1]) - 1))
+    return 1 / p.g
+
+
+def step_messages(
+    p: Placement, shuffle: str, plan: HybridPlan | None = None
+) -> dict[str, list[tuple[int, list[int], float]]]:
+    """Every message of one step, ``(sender, receivers, length in units of d)`` in global
+    ranks: the ``shuffle`` (with the cross-cluster sum) and the all-gather (``params``);
+    ``plan``: the hybrid shuffle's."""
+    out: dict[str, list] = {"shuffle": [], "params": []}
+    if p.redundancy == p.n_workers:  # every worker updates all of θ: nothing moves
+        return out
+    for c in range(p.n_clusters):
+        for j in range(p.g):
+            for tag, receivers in shuffle_sends(p, shuffle, j, plan):
+                out["shuffle"].append(
+                    (
+                        p.global_id(c, j),
+                        [p.global_id(c, k) for k in receivers],
+                        message_values(p, tag),
+                    )
+                )
+            others = [p.global_id(c, i) for i in range(p.g) if i != j]
+            out["params"].append((p.global_id(c, j), others, 1 / p.g))
+    if p.n_clusters > 1:
+        for k in range(p.n_workers):
+            owners = [p.global_id(o, p.local(k)) for o in range(p.n_clusters)]
+            out["shuffle"].append((k, [o for o in owners if o != k], 1 / p.g))
+    return out
+
+
+def message_needs(p: Placement, tag: tuple) -> set:
+    """The sub-batches whose gradients the sender of message ``tag`` must have computed."""
+    kind = tag[0]
+    if kind == "pkt":
+        group, j = tag[1], tag[2]
+        return {label_without(group, k) for k in group if k != j}
+    if kind == "unc":
+        return {label_without(tag[1], tag[2])}
+    if kind == "hyb":
+        group, j = tag[1], tag[2]
+        plan = plan_of(p, group)
+        return {t for k in plan.receivers(group, j) for t in plan.charges[(group, k)]}
+    return set(summed_plan(p.g, p.redundancy, tag[2])[tag[1]])
+
+
+def sent_bytes(p: Placement, tag: tuple, message: np.ndarray) -> dict:
+    """What a message moves: once (multicast), once per receiver (unicast)."""
+    if tag[0] == "pkt":
+        receivers = len(tag[1]) - 1
+    elif tag[0] == "hyb":
+        receivers = len(plan_of(p, tag[1]).receivers(tag[1], tag[2]))
+    else:
+        receivers = 1
+    return {"multicast": message.nbytes, "unicast": message.nbytes * receivers}

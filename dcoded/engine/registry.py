@@ -1,0 +1,195 @@
+"""The worker side's registry and records: what every algorithm's worker functions share.
+
+A worker process keeps its replica (model, data, optimizer shard, and on ``transport=direct``
+its links) in a process-local registry keyed by ``(run_id, rank)``: :func:`setup` builds it,
+:func:`state` finds it, :func:`teardown` drops it. Every worker function keeps a
+:func:`record` of where its time and bytes went; the driver takes the records with
+:func:`drain` (through ``client.run``, see :meth:`dcoded.engine.driver.Context.collect`).
+
+Task keys are ``"dcoded-{kind}-{run_id}/{step}/..."`` (:func:`task_key`) so the transfer logs
+can be attributed to a step and a kind (``seg``: all-gather, ``pkt``/``unc``/``sum``/``hyb``:
+shuffle, ``red``: cross-cluster sum, ``grad``: gradient to the parameter server).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dcoded.checkpoint import slice_state
+from dcoded.coding import Placement
+from dcoded.engine.replica import Replica
+from dcoded.engine.spec import RunSpec
+from dcoded.errors import ReplicaMissing
+from dcoded.optim import SegmentOptimizer
+
+_LOCK = threading.Lock()
+_STATES: dict[tuple[str, int], WorkerState] = {}
+_RECORDS: dict[str, list[dict]] = defaultdict(list)
+
+
+@dataclass
+class WorkerState:
+    spec: RunSpec
+    rank: int
+    replica: Replica
+    placement: Placement
+    segments: list[slice]
+    optimizer: SegmentOptimizer | None = None  # this owner's shard
+    #: ``r = K``: every segment's shard, each worker updating all of ``θ`` itself
+    optimizers: list[SegmentOptimizer] = field(default_factory=list)
+    link: object | None = None  # the direct transport's connections and mailbox
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def close(self) -> None:
+        """Wake a direct loop that waits for peers, and close its connections."""
+        if self.link is not None:
+            self.link.close("the run was torn down")
+
+    @property
+    def local(self) -> int:
+        return self.placement.local(self.rank)
+
+    @property
+    def cluster(self) -> int:
+        return self.placement.cluster_of(self.rank)
+
+
+def state(run_id: str, rank: int) -> WorkerState:
+    try:
+        return _STATES[(run_id, rank)]
+    except KeyError:
+        raise ReplicaMissing(
+            f"the worker for rank {rank} holds no replica of run {run_id}: it was restarted"
+        ) from None
+
+
+def find_state(run_id: str, rank: int) -> WorkerState | None:
+    """This process's replica of ``rank`` in run ``run_id``, if it holds one."""
+    return _STATES.get((run_id, rank))
+
+
+def record(run_id: str, **fields) -> None:
+    """Keep one fact (a phase's start and stop, bytes, a loss) for the driver's next drain."""
+    with _LOCK:
+        _RECORDS[run_id].append(fields)
+
+
+def task_key(run_id: str, kind: str, step: int, *parts) -> str:
+    """``dcoded-{kind}-{run_id}/{step}/...``: Dask names a task's prefix and group by what
+    comes before the first non-alphabetic word (``dcoded-map``), so one prefix per kind; a key
+    that began with the run and step made a new prefix for every task, which the scheduler
+    keeps for good, and steps slowed down as a run went on."""
+    tail = "/".join("-".join(map(str, p)) if isinstance(p, tuple) else str(p) for p in parts)
+    return f"dcoded-{kind}-{run_id}/{step}" + (f"/{tail}" if tail else "")
+
+
+def parse_key(key) -> tuple[str, str, int] | None:
+    """``(run_id, kind, step)`` of a key made by :func:`task_key`, else ``None``."""
+    if not isinstance(key, str):
+        return None
+    parts = key.split("/")
+    head = parts[0].split("-", 2)
+    if len(parts) < 2 or len(head) < 3 or head[0] != "dcoded":
+        return None
+    if not parts[1].lstrip("-").isdigit():
+        return None
+    return head[2], head[1], int(parts[1])
+
+
+# --------------------------------------------------------------------------- setup / teardown
+
+
+def setup(
+    run_id: str,
+    rank: int,
+    spec: RunSpec,
+    theta: np.ndarray | None = None,
+    optimizer_state: dict | None = None,
+) -> np.ndarray:
+    """Build the replica of ``rank``; return its own segment of ``θ`` (CDC) or nothing.
+
+    ``theta`` and the full-length ``optimizer_state`` (from a checkpoint) restart a run
+    instead of the seeded initialisation; this worker keeps the slice of its segment.
+    """
+    replica = Replica(spec)
+    if theta is not None:
+        replica.set_theta(theta)
+    placement = spec.placement
+    st = WorkerState(spec, rank, replica, placement, placement.segments(replica.n_params))
+    if spec.algorithm == "cdc":
+        theta = replica.theta
+        shards = range(len(st.segments)) if spec.replicated else [st.local]
+        for i in shards:
+            seg = st.segments[i]
+            shard = SegmentOptimizer(theta[seg], spec.optimizer)
+            shard.load_state_arrays(slice_state(optimizer_state, seg))
+            st.optimizers.append(shard)
+        st.optimizer = st.optimizers[st.local if spec.replicated else 0]
+        result = theta[st.segments[st.local]].copy()
+    else:
+        result = np.zeros(0, np.float32)
+    with _LOCK:
+        _STATES[(run_id, rank)] = st
+    return result
+
+
+def shard_state(run_id: str, rank: int, *after) -> dict:
+    """The optimizer state of this owner's segment, for a checkpoint (``after``: futures
+    this must wait for)."""
+    return state(run_id, rank).optimizer.state_arrays()
+
+
+def current_theta(run_id: str, rank: int, *after) -> np.ndarray:
+    """The worker's full ``θ`` (``r = K``, or the direct transport after its all-gather)."""
+    return state(run_id, rank).replica.theta
+
+
+def teardown(run_id: str, dask_worker=None) -> int:
+    """Drop every replica and record of ``run_id`` in this process."""
+    with _LOCK:
+        gone = [k for k in _STATES if k[0] == run_id]
+        states = [_STATES.pop(k) for k in gone]
+        _RECORDS.pop(run_id, None)
+    for gone in states:
+        gone.close()
+    return len(gone)
+
+
+def drain(run_id: str, dask_worker=None) -> dict:
+    """Take this process's task records of ``run_id`` and the worker's transfer-log entries
+    not drained before (run through ``client.run`` by :meth:`Context.collect`)."""
+    with _LOCK:
+        records = _RECORDS.pop(run_id, [])
+    out, inc, total = [], [], 0
+    if dask_worker is not None:
+        shift = float(getattr(dask_worker, "scheduler_delay", 0.0) or 0.0)
+        out = _unseen(dask_worker.transfer_outgoing_log, run_id, shift)
+        inc = _unseen(dask_worker.transfer_incoming_log, run_id, shift)
+        total = int(dask_worker.transfer_outgoing_bytes_total)
+    return {"records": records, "out": out, "in": inc, "out_total": total}
+
+
+def _unseen(log, run_id: str, clock_shift: float = 0.0) -> list[dict]:
+    """Entries of a Dask transfer log this run has not drained yet (each is marked once)."""
+    mark = f"dcoded-drained-{run_id}"
+    fresh = []
+    for e in list(log):
+        if not e.get(mark):
+            e[mark] = True
+            fresh.append(_log_entry(e, clock_shift))
+    return fresh
+
+
+def _log_entry(e: dict, clock_shift: float = 0.0) -> dict:
+    # Dask stamps its logs with its estimate of the scheduler's clock; the task records use
+    # this machine's clock, so the estimate is taken back out
+    return {
+        "start": float(e["start"]) - clock_shift,
+        "stop": float(e["stop"]) - clock_shift,
+        "who": str(e.get("who")),
+        "keys": {str(k): int(v) for k, v in e.get("keys", {}).items()},
+    }

@@ -1,0 +1,227 @@
+"""The run's summary: ``summary.json`` (what a run measured beside the closed forms, and
+where it ran), ``history.csv`` and ``theta.npy``, and the short table printed at the end.
+
+The keys of ``summary.json`` are the ones DESIGN §6 lists; :mod:`dcoded.results` reads them
+back for sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+
+import dask
+import distributed
+import numpy as np
+import torch
+
+from dcoded.cluster import available_cores
+from dcoded.coding import loads
+from dcoded.engine.record import PHASES, write_history
+from dcoded.engine.replica import param_sha256
+from dcoded.engine.spec import RunSpec
+
+
+def theory(spec: RunSpec, d: int) -> dict:
+    """Closed-form bytes per worker per step (DESIGN §3) for the gradient exchange and the
+    parameter distribution."""
+    K = spec.n_workers
+    if spec.algorithm in ("cdc", "serial"):
+        exchange = loads.shuffle(
+            K, spec.redundancy, spec.group_size, spec.shuffle, hybrid_m=spec.hybrid_m
+        )
+        params = 0.0 if spec.replicated else loads.allgather(spec.placement.g).unicast
+    elif spec.algorithm == "ddp":
+        exchange, params = loads.ring_allreduce(K), 0.0
+    else:
+        exchange, down = loads.parameter_server(K)
+        params = down.unicast
+    b = exchange.bytes(d)
+    return {"multicast": b.multicast, "unicast": b.unicast, "params": params * d * 4}
+
+
+def make_summary(
+    spec, reference, log, rows, theta, cluster_info, started, status: str = "finished"
+) -> dict:
+    """The run's ``summary.json``; ``status`` is ``finished`` or ``interrupted`` (then
+    ``theta`` is ``None``: the parameters stayed on the workers, the checkpoint has them)."""
+    d = reference.n_params
+    last = rows[-1] if rows else {}
+    times = log.time_medians(rows)
+    means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
+    if spec.algorithm == "ddp":  # gloo's packets are not visible: the buckets are (and wire)
+        means.update(multicast=None, unicast=None, params=None)
+    if spec.algorithm != "cdc":  # only cdc has a choice of transport
+        means.update(direct=None)
+    th = theory(spec, d)
+    placed = spec.algorithm in ("cdc", "serial")
+    stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
+    summary = {
+        "status": status,
+        "algorithm": spec.algorithm,
+        "n_workers": spec.n_workers,
+        "redundancy": spec.redundancy if placed else None,
+        "group_size": spec.placement.g if placed else None,
+        "shuffle": spec.shuffle if placed else None,
+        "hybrid_m": spec.hybrid_m if placed else None,
+        "hybrid": spec.hybrid.summary() if placed and spec.hybrid else None,
+        "transport": spec.transport if spec.algorithm == "cdc" else None,
+        "model": spec.model["name"],
+        "dataset": spec.dataset["name"],
+        "batch_size": spec.batch_size,
+        "steps": spec.steps,
+        "steps_done": last["step"] + 1 if rows else 0,
+        "seed": spec.seed,
+        "n_params": d,
+        "final": {
+            "test_accuracy": last.get("test_accuracy"),
+            "test_loss": last.get("test_loss"),
+            "train_loss": last.get("train_loss"),
+        },
+        "time_s": {
+            "total": last.get("wall_s", 0.0),
+            "step_median": times["step"],
+            **{p: times[p] for p in PHASES},
+        },
+        "bytes_per_worker": {
+            "multicast": means["multicast"],
+            "unicast": means["unicast"],
+            "theory_multicast": th["multicast"],
+            "theory_unicast": th["unicast"],
+            "params": means["params"],
+            "theory_params": th["params"],
+            "dask_transfer": means["dask"],
+            "allreduced": (log.allreduced / spec.n_workers / max(len(rows), 1))
+            if spec.algorithm == "ddp"
+            else None,
+            "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
+            # what the run's transport moved: Dask transfers, or the direct links' messages
+            "transport": means["dask" if spec.transport == "dask" else "direct"],
+            "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows else {},
+            "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
+            "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
+            "control traffic and evaluation included"
+            if log.wire
+            else None,
+        },
+        "param_sha256": param_sha256(theta) if theta is not None else None,
+        "staleness_mean": float(np.mean(stale)) if stale else None,
+        "repaired_datagrams": log.repaired if spec.transport == "multicast" else None,
+        "pace_mbit": dict(spec.pace_mbit) if spec.pace_mbit else None,
+        "start_step": rows[0]["step"] if rows else 0,
+        "events": list(log.events),
+        "environment": {
+            "cores": available_cores(),
+            "torch_threads": spec.torch_threads,
+            "cluster": cluster_info["kind"],
+            **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
+            "workers": cluster_info["workers"],
+            "per_worker": cluster_info.get("per_worker", {}),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "numpy": np.__version__,
+        },
+        "started": started.isoformat(timespec="seconds"),
+        "n_sub_batches": math.comb(spec.placement.g, spec.redundancy) if placed else None,
+    }
+    return summary
+
+
+def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndarray) -> None:
+    """``summary.json``, ``history.csv`` and the final parameters ``theta.npy`` (float32), each
+    written to a temporary name then renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "theta.npy.tmp", "wb") as f:
+        np.save(f, np.asarray(theta, dtype="<f4"))
+    (out_dir / "theta.npy.tmp").replace(out_dir / "theta.npy")
+    write_summary(out_dir, summary)
+    write_history(out_dir / "history.csv", rows)
+
+
+def write_summary(out_dir: Path, summary: dict) -> None:
+    """``summary.json``, written to a temporary name then renamed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out_dir / "summary.json")
+
+
+def _resources(env: Mapping) -> str:
+    """What the workers ran on, as they reported it (the driver's cores where they did not).
+
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {}})
+    '2 cores, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 2, "threads": 1}}})
+    '2 cores, per worker: 1 Dask thread, 1 torch thread'
+    >>> _resources({"cores": 2, "torch_threads": 1, "per_worker": {
+    ...     "a": {"host": "n1", "cores": 8, "threads": 1},
+    ...     "b": {"host": "n2", "cores": 16, "threads": 4}}})
+    '2 hosts of 8/16 cores, per worker: 1/4 Dask threads, 1 torch thread'
+    """
+    torch_threads = f"{env['torch_threads']} torch thread{'s' * (env['torch_threads'] > 1)}"
+    per = list(env.get("per_worker", {}).values())
+    if not per:  # serial: no workers
+        return f"{env['cores']} cores, {torch_threads}"
+    cores = {f["host"]: f["cores"] for f in per}
+    where = "/".join(str(n) for n in sorted(set(cores.values())))
+    if len(cores) > 1:
+        where = f"{len(cores)} hosts of {where}"
+    threads = sorted({f["threads"] for f in per})
+    dask_threads = f"{'/'.join(map(str, threads))} Dask thread{'s' * (threads[-1] > 1)}"
+    return f"{where} cores, per worker: {dask_threads}, {torch_threads}"
+
+
+def format_results(summary: dict) -> str:
+    """The short results table printed at the end of a run."""
+    t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
+    head = f"{summary['algorithm']}  K={summary['n_workers']}"
+    if summary["redundancy"] is not None:
+        head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
+        if summary.get("hybrid_m"):
+            head += f" m={summary['hybrid_m']}"
+    if summary.get("transport"):
+        head += f" via {summary['transport']}"
+    head += (
+        f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
+        f"  {summary['steps']} steps x B={summary['batch_size']}"
+        f"  [{_resources(summary['environment'])}]"
+    )
+
+    def ms(x):
+        return f"{1e3 * x:8.2f}"
+
+    def nb(x):
+        return "       -" if x is None else f"{x:12,.0f}"
+
+    sha = summary["param_sha256"]
+
+    def x4(x):  # an interrupted run may not have evaluated
+        return "-" if x is None else f"{x:.4f}"
+
+    if summary.get("status", "finished") != "finished":
+        head += f"  ({summary['status']} after step {summary['steps_done']})"
+    lines = [
+        head,
+        f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
+        f"train loss {x4(f['train_loss'])}   wall {t['total']:.2f} s",
+        "  time per step, median ms:",
+        "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
+        "  bytes per worker per step:      measured       theory",
+        f"    gradient exchange, multicast {nb(b['multicast'])} {nb(b['theory_multicast'])}",
+        f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
+        f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
+        f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
+        *(
+            [f"    moved by the transport       {nb(b['transport'])}"]
+            if summary.get("transport") in ("direct", "multicast")
+            else []
+        ),
+        f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
+    ]
+    return "\n".join(lines)

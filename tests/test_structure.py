@@ -1,0 +1,178 @@
+"""The package's shape: no import cycle, one error base, ``coding/`` knows nothing of torch
+or Dask, and a plain (non-editable) install runs from any folder."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcoded
+import dcoded.errors
+
+PACKAGE = Path(dcoded.__file__).resolve().parent
+ROOT = PACKAGE.parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "conf" not in p.parts}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the ``dcoded`` modules it imports, at any depth of its body (an import inside a
+    function closes a cycle as surely as one at the top)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                # ``from P import N`` imports the module P.N when there is one, else P
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
+            for t in targets:
+                while t and t not in modules:  # ``import dcoded.x.y`` of a non-module name
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path ``[a, b, ..., a]``, or ``None``.
+
+    >>> find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    True
+    >>> find_cycle({"a": {"b"}, "b": {"a"}})
+    ['a', 'b', 'a']
+    """
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_import_graph_is_read_from_the_source():
+    graph = import_graph()
+    # edges that exist today, read from the files (the walker must see them to find cycles)
+    assert "dcoded.errors" in graph["dcoded.run"]
+    assert "dcoded.coding.placement" in graph["dcoded.coding"]
+    assert find_cycle({**graph, "dcoded.errors": {"dcoded.run"}}) is not None
+
+
+def test_no_import_cycle_in_the_package():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_coding_imports_neither_torch_nor_dask():
+    """``dcoded.coding`` is pure numpy (and scipy for the hybrid families)."""
+    for path in (PACKAGE / "coding").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            for n in names:
+                top = n.split(".")[0]
+                assert top not in ("torch", "dask", "distributed", "hydra", "omegaconf"), (
+                    f"{path.name} imports {n}"
+                )
+                assert not n.startswith("dcoded.") or n.startswith("dcoded.coding"), (
+                    f"{path.name} imports {n}"
+                )
+
+
+def test_every_dcoded_exception_derives_from_the_one_base():
+    """Every exception class defined in the package is a ``DcodedError`` (the clean, one-line
+    failures) or a ``KeyboardInterrupt`` (a run stopped by a signal)."""
+    found = []
+    for info in pkgutil.walk_packages(dcoded.__path__, "dcoded."):
+        if info.name.endswith("__main__") or ".conf" in info.name:
+            continue
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if obj.__module__ == info.name and issubclass(obj, BaseException):
+                found.append(obj)
+                assert issubclass(obj, dcoded.errors.DcodedError | KeyboardInterrupt), obj
+    assert dcoded.errors.ConfigError in found and len(found) >= 15
+
+
+@pytest.mark.slow
+def test_a_plain_install_runs_from_any_folder(tmp_path):
+    """``pip install .`` (not editable) into a fresh venv, then ``python -m dcoded`` from an
+    empty folder: the configs come with the package. The new venv borrows this one's
+    dependencies through a ``.pth`` line (which, unlike a site folder, does not load this venv's
+    editable-install hook), so it sees the installed wheel and nothing of the checkout."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    deps = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    (site / "deps.pth").write_text(f"{deps}\n")
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+            "--target", str(site), str(ROOT),
+        ],
+        check=True, cwd=tmp_path,
+    )  # fmt: skip
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    where = subprocess.run(
+        [str(py), "-c", "import dcoded.conf; print(dcoded.conf.__file__)"],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert where.stdout.strip().startswith(str(site)), where.stdout
+    out = subprocess.run(
+        [str(py), "-m", "dcoded", "train.steps=3", "progress=false", "cluster.n_workers=2"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "test accuracy" in out.stdout
+    assert list(work.glob("outputs/*/*/summary.json")), "the run wrote its outputs here"
