@@ -22,10 +22,12 @@ from dcoded.data import (
     Dataset,
     DatasetError,
     check_dataset,
+    dataset_files,
     epoch_permutation,
     load_dataset,
     step_indices,
 )
+from dcoded.data.load import READERS
 
 IDX_NAMES = {
     "train_images": "train-images-idx3-ubyte",
@@ -153,18 +155,45 @@ def raises_naming(path: Path | str, *, match: str = ""):
     return pytest.raises(DatasetError, match=re.escape(str(path)) + ".*" + match)
 
 
-# --------------------------------------------------------------------------- module hygiene
+# --------------------------------------------------------------------------- package structure
 
 
-def test_module_imports_neither_torch_nor_dask():
-    tree = ast.parse(Path(data_module.__file__).read_text())
+def test_package_imports_neither_torch_nor_dask():
+    modules = sorted(Path(data_module.__file__).parent.glob("*.py"))
+    # Every module of the package is parsed, not just its __init__.
+    assert {"dataset.py", "load.py", "idx.py", "cifar.py", "digits.py", "synthetic.py"} <= {
+        p.name for p in modules
+    }
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+    assert {"numpy", "dcoded"} <= imported
     assert not imported & {"torch", "dask", "distributed"}
+
+
+def test_every_name_has_a_reader_with_the_same_interface():
+    assert set(READERS) == set(DATASET_NAMES)
+    for reader in READERS.values():
+        assert all(callable(getattr(reader, f)) for f in ("check", "files", "load"))
+
+
+def test_dataset_files(tmp_path):
+    make_idx_folder(tmp_path / "m", gz="mixed")
+    got = dataset_files({"name": "mnist", "path": str(tmp_path / "m")})
+    # The one file found for each of the four, plain or gzipped as written.
+    assert sorted(p.name for p in got) == sorted(
+        name + (".gz" if i % 2 else "") for i, name in enumerate(IDX_NAMES.values())
+    )
+    make_cifar_folder(tmp_path / "c" / "cifar-10-batches-py")
+    got = dataset_files({"name": "cifar10", "path": str(tmp_path / "c")})
+    assert got == [tmp_path / "c" / "cifar-10-batches-py" / f for f in CIFAR_FILES]
+    assert dataset_files({"name": "digits", "path": None}) == []
+    with pytest.raises(DatasetError, match="nothing is downloaded"):
+        dataset_files({"name": "cifar10", "path": str(tmp_path / "m")})
 
 
 def test_unknown_name_lists_allowed_names():
