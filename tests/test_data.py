@@ -26,6 +26,7 @@ from dcoded.data import (
     epoch_permutation,
     load_dataset,
     step_indices,
+    steps_per_epoch,
 )
 from dcoded.data.load import READERS
 
@@ -508,6 +509,19 @@ def test_step_indices_cover_each_epoch_without_repeats(n, data, seed, epoch):
 def test_step_indices_rejects(n, b, s):
     with pytest.raises(DatasetError):
         step_indices(n, b, 0, s)
+
+
+@pytest.mark.parametrize(("n", "b", "want"), [(103, 10, 10), (100, 10, 10), (5, 5, 1), (7, 1, 7)])
+def test_steps_per_epoch_is_where_step_indices_starts_a_new_epoch(n, b, want):
+    assert steps_per_epoch(n, b) == want
+    assert step_indices(n, b, seed=0, step=want - 1)[0] == 0
+    assert step_indices(n, b, seed=0, step=want)[0] == 1
+
+
+@pytest.mark.parametrize(("n", "b"), [(10, 11), (10, 0), (-1, 1), (10, 2.0), (10, True)])
+def test_steps_per_epoch_rejects(n, b):
+    with pytest.raises(DatasetError, match=r"n_train|batch_size"):
+        steps_per_epoch(n, b)
 
 
 # --------------------------------------------------------------------------- digits

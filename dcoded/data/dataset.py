@@ -5,9 +5,9 @@ A :class:`Dataset` holds normalized, in-memory train and test arrays; the reader
 :mod:`~dcoded.data.synthetic`) build one and :mod:`dcoded.data.load` picks the reader by name.
 
 Sample order: the order of the training samples is a pure function of ``(seed, epoch)``
-(:func:`epoch_permutation`), and global step ``s`` takes the next ``B`` samples of that order
-(:func:`step_indices`), so every algorithm and every redundancy ``r`` sees exactly the same
-samples at every step (DESIGN.md §5).
+(:func:`epoch_permutation`), an epoch has :func:`steps_per_epoch` steps, and global step ``s``
+takes the next ``B`` samples of that order (:func:`step_indices`), so every algorithm and every
+redundancy ``r`` sees exactly the same samples at every step (DESIGN.md §5).
 
 Normalization (:func:`normalize`): pixels are first scaled to ``[0, 1]`` (digits ``/16``, the
 others ``/255``) and then standardized with the fixed per-dataset, per-channel constants in
@@ -36,6 +36,7 @@ __all__ = [
     "nonneg_int",
     "normalize",
     "step_indices",
+    "steps_per_epoch",
 ]
 
 DATASET_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "synthetic")
@@ -151,6 +152,39 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64, copy=False)
 
 
+def steps_per_epoch(n_train: int, batch_size: int) -> int:
+    """The number of steps in one epoch: ``n_train // batch_size``.
+
+    The partial tail of ``n_train % batch_size`` samples is dropped from every epoch; this is
+    the one definition of an epoch's length that :func:`step_indices` and the training loops
+    share.
+
+    Parameters
+    ----------
+    n_train : int
+        Number of training samples.
+    batch_size : int
+        Samples per step, ``1 <= batch_size <= n_train``.
+
+    Raises
+    ------
+    DatasetError
+        If ``batch_size`` is outside ``1 .. n_train`` or an argument is negative.
+
+    Examples
+    --------
+    >>> steps_per_epoch(103, 10)
+    10
+    >>> steps_per_epoch(100, 100)
+    1
+    """
+    n_train = nonneg_int(n_train, "n_train")
+    batch_size = nonneg_int(batch_size, "batch_size")
+    if not 1 <= batch_size <= n_train:
+        raise DatasetError(f"batch_size must be in 1..n_train={n_train}, got {batch_size}")
+    return n_train // batch_size
+
+
 def step_indices(n_train: int, batch_size: int, seed: int, step: int) -> tuple[int, np.ndarray]:
     """The epoch and the sample indices of global step ``step``.
 
@@ -168,10 +202,11 @@ def step_indices(n_train: int, batch_size: int, seed: int, step: int) -> tuple[i
     Returns
     -------
     epoch : int
-        ``step // (n_train // batch_size)``; the partial tail of every epoch is dropped.
+        ``step // S`` with ``S = steps_per_epoch(n_train, batch_size)``; the partial tail of
+        every epoch is dropped.
     indices : numpy.ndarray
         int64, the ``batch_size`` entries ``i * B .. (i + 1) * B`` of
-        ``epoch_permutation(n_train, seed, epoch)``, with ``i = step % steps_per_epoch``.
+        ``epoch_permutation(n_train, seed, epoch)``, with ``i = step % S``.
 
     Raises
     ------
@@ -189,10 +224,7 @@ def step_indices(n_train: int, batch_size: int, seed: int, step: int) -> tuple[i
     n_train = nonneg_int(n_train, "n_train")
     batch_size = nonneg_int(batch_size, "batch_size")
     step = nonneg_int(step, "step")
-    if not 1 <= batch_size <= n_train:
-        raise DatasetError(f"batch_size must be in 1..n_train={n_train}, got {batch_size}")
-    steps_per_epoch = n_train // batch_size
-    epoch, i = divmod(step, steps_per_epoch)
+    epoch, i = divmod(step, steps_per_epoch(n_train, batch_size))
     perm = epoch_permutation(n_train, seed, epoch)
     # Copy so callers never hold a view that pins the whole permutation.
     return epoch, perm[i * batch_size : (i + 1) * batch_size].copy()
