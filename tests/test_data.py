@@ -405,7 +405,7 @@ def test_cifar_python2_format(tmp_path):
         (lambda marker: {b"data": print, b"labels": []}, r"builtins\.print"),
     ],
 )
-def test_cifar_rejects_disallowed_globals_without_running_them(tmp_path, payload, shown, capfd):
+def test_cifar_rejects_disallowed_globals_without_running_them(tmp_path, payload, shown):
     make_cifar_folder(tmp_path)
     marker = tmp_path / "pwned"
     path = tmp_path / "data_batch_3"
@@ -414,7 +414,6 @@ def test_cifar_rejects_disallowed_globals_without_running_them(tmp_path, payload
         with raises_naming(path, match="disallowed global " + shown):
             fn({"name": "cifar10", "path": str(tmp_path)})
     assert not marker.exists()
-    assert "pwned" not in capfd.readouterr().out
 
 
 def _bad_batches():
