@@ -20,7 +20,6 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 from distributed.utils import get_mp_context
 
-from dcoded.engine import registry
 from dcoded.errors import ClusterError
 from dcoded.interrupt import signals_deferred
 
@@ -86,9 +85,9 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
 
 
 @contextlib.contextmanager
-def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]:
+def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
     """Start or join a cluster with at least ``n_workers`` workers; close what was started on
-    exit, also on error and Ctrl-C, and drop the run's replicas from the workers."""
+    exit, also on error and Ctrl-C."""
     check_cluster_config(cfg, n_workers)
     stack = contextlib.ExitStack()
     settings = {"distributed.admin.low-level-log-length": TRANSFER_LOG_LENGTH}
@@ -152,7 +151,6 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
                     f"the scheduler at {cfg['address']} has {have} worker(s), "
                     f"cluster.n_workers={n_workers} needed"
                 ) from None
-        stack.callback(_teardown, client, run_id)
         workers = sorted(client.scheduler_info()["workers"])[:n_workers]
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
@@ -160,10 +158,10 @@ def open_cluster(cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]
 
 
 @contextlib.contextmanager
-def attach_cluster(client: Client, cfg: Mapping, n_workers: int, run_id: str) -> Iterator[Session]:
+def attach_cluster(client: Client, cfg: Mapping, n_workers: int) -> Iterator[Session]:
     """The cluster of a client the caller made (a notebook's, a dask-jobqueue or Kubernetes
-    cluster's): wait up to ``cluster.connect_timeout_s`` for ``n_workers`` workers, and on exit
-    drop the run's replicas from them but leave the client and its cluster running."""
+    cluster's): wait up to ``cluster.connect_timeout_s`` for ``n_workers`` workers; on exit the
+    client and its cluster keep running."""
     if client.status != "running":
         raise ClusterError(f"the client passed to run() is {client.status}, not running")
     timeout = cfg.get("connect_timeout_s", 10)
@@ -175,11 +173,8 @@ def attach_cluster(client: Client, cfg: Mapping, n_workers: int, run_id: str) ->
             f"the client's cluster has {have} worker(s) after {timeout} s, "
             f"cluster.n_workers={n_workers} needed"
         ) from None
-    try:
-        workers = sorted(client.scheduler_info()["workers"])[:n_workers]
-        yield Session(client, workers, None, "client")
-    finally:
-        _teardown(client, run_id)
+    workers = sorted(client.scheduler_info()["workers"])[:n_workers]
+    yield Session(client, workers, None, "client")
 
 
 @contextlib.contextmanager
@@ -211,14 +206,6 @@ def _preload_forkserver() -> None:
     ctx.set_forkserver_preload(
         ["distributed", "numpy", "torch", "dcoded.engine.cdc", "dcoded.engine.direct"]
     )
-
-
-def _teardown(client: Client, run_id: str) -> None:
-    """Drop the run's replicas from the workers (they may be shared), if the scheduler is
-    still there: a dead one would hold ``client.run`` for its whole connect timeout."""
-    if client.status == "running":
-        with contextlib.suppress(Exception):
-            client.run(registry.teardown, run_id, on_error="ignore")
 
 
 def _close(client: Client) -> None:

@@ -12,7 +12,10 @@ Wire bytes come from the interfaces' own counters (``/sys/class/net/<if>/statist
 inside each namespace. Everything made here is removed on exit, on error and on Ctrl-C, and
 ``python -m dcoded.netem cleanup`` removes what a killed run left behind.
 
->>> # from a shell, as root:  python -m dcoded cluster=netem cluster.bandwidth_mbit=100
+From a shell, as root: ``python -m dcoded cluster=netem cluster.bandwidth_mbit=100``.
+
+>>> Links.from_config({"bandwidth_mbit": 100, "topology": "bus"}).topology
+'bus'
 """
 
 from __future__ import annotations

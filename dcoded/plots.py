@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from dcoded.coding import Placement, load_table
-from dcoded.results import read_history
-
-PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
+from dcoded.results import PHASES, read_history
 
 
 def placement(p: Placement, ax, cluster: int = 0):

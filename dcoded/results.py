@@ -27,6 +27,10 @@ ERROR_FILE = "error.txt"
 #: ``results.csv`` and ``results.md``: a sweep's table, in its folder.
 TABLE_STEM = "results"
 
+#: The phases of a step, in order: ``summary.json``'s ``time_s`` and ``history.csv``'s
+#: ``<phase>_s`` columns name them so (DESIGN §6).
+PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
+
 #: The columns after the overrides that vary: ``(name, where in summary.json, scale)``.
 MEASURED = (
     ("step_ms", ("time_s", "step_median"), 1e3),

@@ -22,7 +22,7 @@ from pathlib import Path
 from dcoded import netem
 from dcoded.cluster import attach_cluster, open_cluster
 from dcoded.config import build_spec, plain
-from dcoded.engine import trainer
+from dcoded.engine import registry, trainer
 from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError
@@ -91,10 +91,10 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
             theta = train_fn(ctx)
         else:
             if client is not None:
-                session_cm = attach_cluster(client, c["cluster"], spec.n_workers, spec.run_id)
+                session_cm = attach_cluster(client, c["cluster"], spec.n_workers)
             else:
-                session_cm = open_cluster(c["cluster"], spec.n_workers, spec.run_id)
-            with session_cm as session:
+                session_cm = open_cluster(c["cluster"], spec.n_workers)
+            with session_cm as session, _replicas_dropped(session.client, spec.run_id):
                 if session.dashboard:
                     print(f"dashboard: {session.dashboard}")
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
@@ -128,6 +128,19 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     if run_dir is not None:
         write_outputs(run_dir, summary, rows, theta)
     return summary
+
+
+@contextlib.contextmanager
+def _replicas_dropped(client, run_id: str):
+    """On the way out, drop the run's replicas and records from the workers (they may serve
+    other runs), if the scheduler is still there: a dead one would hold ``client.run`` for its
+    whole connect timeout."""
+    try:
+        yield
+    finally:
+        if client.status == "running":
+            with contextlib.suppress(Exception):
+                client.run(registry.teardown, run_id, on_error="ignore")
 
 
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:

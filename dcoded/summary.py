@@ -20,9 +20,10 @@ import torch
 
 from dcoded.cluster import available_cores
 from dcoded.coding import loads
-from dcoded.engine.record import PHASES, write_history
+from dcoded.engine.record import write_history
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
+from dcoded.results import PHASES
 
 
 def theory(spec: RunSpec, d: int) -> dict:

@@ -5,8 +5,6 @@ light."""
 from __future__ import annotations
 
 import csv
-import doctest
-import importlib
 import json
 import re
 import subprocess
@@ -36,24 +34,6 @@ def test_the_public_names_and_the_modules_behind_them():
     assert sorted(dcoded.__all__) == ["compose_config", "format_results", "run"]
     with pytest.raises(AttributeError, match="no attribute 'train'"):
         dcoded.train  # noqa: B018
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "dcoded.results",
-        "dcoded.run",
-        "dcoded.data",
-        "dcoded.plots",
-        "dcoded.coding.placement",
-        "dcoded.coding.codec",
-        "dcoded.coding.loads",
-        "dcoded.coding.bounds",
-    ],
-)
-def test_the_docstring_examples(module):
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted and not result.failed
 
 
 def test_import_dcoded_loads_neither_torch_nor_dask():

@@ -227,3 +227,27 @@ def test_a_relative_dataset_path_reaches_a_worker_started_in_another_folder(tmp_
     assert summary["dataset"] == "mnist" and summary["steps"] == 3
     (worker_facts,) = summary["environment"]["per_worker"].values()
     assert worker_facts["threads"] == 1
+
+
+@pytest.mark.slow
+def test_runs_share_a_client_the_caller_made():
+    """``run(cfg, client=...)``: a notebook's cluster serves several runs and stays up; each
+    run drops its replicas from the workers when it ends, and trains as ``serial`` does."""
+    from dcoded.engine import registry
+
+    overrides = ["cluster.n_workers=3", "coding.redundancy=2", "transport=dask"]
+    serial = dcoded.run.run(tiny_config("algorithm=serial", *overrides))
+    with (
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        first = dcoded.run.run(tiny_config(*overrides), client=client)
+        assert not [k for k in registry._STATES if k[0].startswith("dc")]
+        second = dcoded.run.run(tiny_config(*overrides, "coding.shuffle=uncoded"), client=client)
+        assert client.status == "running" and len(client.scheduler_info()["workers"]) == 3
+    assert first["param_sha256"] == second["param_sha256"] == serial["param_sha256"]
+    assert first["environment"]["cluster"] == "client"
+    with pytest.raises(dcoded.errors.ConfigError, match="do not pass a client"):
+        dcoded.run.run(compose_config(["cluster=netem"]), client=object())

@@ -4,6 +4,7 @@ or Dask, and a plain (non-editable) install runs from any folder."""
 from __future__ import annotations
 
 import ast
+import doctest
 import importlib
 import inspect
 import os
@@ -88,6 +89,27 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if start not in state and (found := visit(start)):
             return found
     return None
+
+
+def _with_examples() -> list[str]:
+    """Every module of ``dcoded`` and ``paper`` whose source has a ``>>>`` example."""
+    out = [n for n, path in _modules().items() if ">>>" in path.read_text()]
+    out += [
+        f"paper.{p.stem}" for p in sorted((ROOT / "paper").glob("*.py")) if ">>>" in p.read_text()
+    ]
+    return sorted(out)
+
+
+def test_the_modules_with_examples_are_found():
+    found = _with_examples()
+    assert {"dcoded.coding.placement", "dcoded.config", "dcoded.errors", "dcoded.run"} <= set(found)
+
+
+@pytest.mark.parametrize("module", _with_examples())
+def test_the_docstring_examples(module):
+    """Every ``>>>`` example in the package runs and shows what it says."""
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted and not result.failed
 
 
 def test_the_import_graph_is_read_from_the_source():

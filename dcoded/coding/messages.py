@@ -10,8 +10,8 @@ the engine, the multicast pacing and the benchmark's bounds read the step from h
 >>> p = Placement(4, 2)
 >>> shuffle_sends(p, "coded", 0)[0]
 (('pkt', (0, 1, 2), 0), [1, 2])
->>> sum(size for _, _, size in step_messages(p, "coded")["shuffle"]) * 4  # K·L(r) = 4·1/(2·4)·...
-2.0
+>>> sum(size for _, _, size in step_messages(p, "coded")["shuffle"])  # 4 x 3 packets of d/8
+1.5
 """
 
 from __future__ import annotations

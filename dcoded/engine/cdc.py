@@ -35,7 +35,6 @@ from dcoded.engine.driver import (
     after_step,
     bookkeeping_due,
     pinned,
-    steps_per_epoch,
 )
 from dcoded.engine.registry import WorkerState, record, state, task_key
 from dcoded.engine.spec import RunSpec
@@ -323,7 +322,7 @@ def train_cdc(ctx: Context) -> np.ndarray:
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
-    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     clock = Clock()
     ahead, done_at = None, clock.now()
     for step in range(ctx.start_step, spec.steps):

@@ -36,7 +36,6 @@ from dcoded.engine.driver import (
     StepTimeout,
     check_finite,
     pinned,
-    steps_per_epoch,
 )
 from dcoded.engine.registry import task_key
 from dcoded.engine.replica import Replica
@@ -149,7 +148,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
         )
         for k, w in enumerate(workers)
     ]
-    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     shown, last_progress = 0, time.monotonic()
     while True:
         ctx.wait_some(futures, POLL_S, "ddp")

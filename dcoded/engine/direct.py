@@ -43,7 +43,6 @@ from dcoded.engine.driver import (
     after_step,
     bookkeeping_due,
     pinned,
-    steps_per_epoch,
 )
 from dcoded.engine.link import Link
 from dcoded.engine.multicast import MulticastLink
@@ -281,7 +280,7 @@ def train_direct(ctx: Context) -> np.ndarray:
             for k in range(spec.n_workers)
         ]
 
-    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     clock = Clock()
     ahead, done_at, step = None, clock.now(), ctx.start_step
     while step < spec.steps:

@@ -16,6 +16,7 @@ import numpy as np
 from distributed import wait
 
 from dcoded import checkpoint
+from dcoded.data import steps_per_epoch
 from dcoded.engine import registry
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
@@ -45,6 +46,11 @@ class Context:
     @property
     def start_step(self) -> int:
         return self.resume.step if self.resume else 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps of one epoch (the sample order's, :func:`dcoded.data.steps_per_epoch`)."""
+        return steps_per_epoch(len(self.reference.data.y_train), self.spec.batch_size)
 
     def wait_all(self, futures, what: str, timeout: float | None = None) -> None:
         """Wait for ``futures`` within ``timeout`` (default ``train.step_timeout_s``); re-raise
@@ -150,7 +156,7 @@ class Context:
         away during the call is :class:`WorkerLost` with the reason, not a traceback."""
         try:
             # a worker that died took its records with it; the others still answer
-            replies = self.client.run(registry.drain, self.spec.run_id, on_error="ignore")
+            replies = self.client.run(registry.drain, self.log.run_id, on_error="ignore")
             self.log.ingest(replies.values())
         except (OSError, TimeoutError) as e:
             raise WorkerLost(f"{what}: lost the scheduler while collecting records ({e})") from None
@@ -218,10 +224,6 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-def steps_per_epoch(n_train: int, batch_size: int) -> int:
-    return n_train // batch_size
 
 
 #: Steps between two drains of the workers' records.

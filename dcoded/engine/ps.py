@@ -31,7 +31,6 @@ from dcoded.engine.driver import (
     WorkerLost,
     after_step,
     pinned,
-    steps_per_epoch,
 )
 from dcoded.engine.registry import state, task_key
 from dcoded.optim import SegmentOptimizer
@@ -91,7 +90,7 @@ def train_ssgd(ctx: Context) -> np.ndarray:
     in worker order, one optimizer step on the driver."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
     theta, optimizer = _setup(ctx)
-    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     K, run = spec.n_workers, spec.run_id
     clock = Clock()
     for step in range(ctx.start_step, spec.steps):
@@ -146,7 +145,7 @@ def train_asgd(ctx: Context) -> np.ndarray:
     spec, client = ctx.spec, ctx.client
     workers = list(ctx.workers)
     theta, optimizer = _setup(ctx)
-    per_epoch = steps_per_epoch(len(ctx.reference.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     K, run = spec.n_workers, spec.run_id
     total = K * spec.steps
     next_update, version = K * ctx.start_step, 0

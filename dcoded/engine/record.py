@@ -22,8 +22,8 @@ from pathlib import Path
 
 from dcoded.engine.registry import parse_key
 from dcoded.errors import ReplicaMismatch
+from dcoded.results import PHASES
 
-PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
 #: Dask keys of the gradient exchange and of the parameter distribution, by kind.
 SHUFFLE_KINDS = frozenset({"pkt", "unc", "sum", "hyb", "red", "grad"})

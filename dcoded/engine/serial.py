@@ -13,7 +13,7 @@ import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
 from dcoded.coding import HybridPlan, Placement, sum_in_order, summed_plan
-from dcoded.engine.driver import Clock, Context, after_step, steps_per_epoch
+from dcoded.engine.driver import Clock, Context, after_step
 from dcoded.optim import SegmentOptimizer
 
 
@@ -56,7 +56,7 @@ def train_serial(ctx: Context) -> np.ndarray:
     def snapshot() -> tuple[np.ndarray, dict]:
         return theta, concat_shards([shard.state_arrays() for shard in shards])
 
-    per_epoch = steps_per_epoch(len(replica.data.y_train), spec.batch_size)
+    per_epoch = ctx.steps_per_epoch
     clock = Clock()
     for step in range(ctx.start_step, spec.steps):
         t0 = clock.now()
