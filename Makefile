@@ -29,6 +29,8 @@ notebook: $(STAMP)
 	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install --quiet jupyterlab
 	$(BIN)/jupyter lab notebooks/ $(ARGS)
 
+# The bench's multiruns (experiment=bench, bench_cdc, bench_cdc_ends) into bench/<date>_<time>/,
+# then its table; ARGS="--read DIR" only reads a sweep folder of them.
 bench: $(STAMP)
 	$(BIN)/python -m dcoded.bench $(ARGS)
 

@@ -1,26 +1,51 @@
 """Side-by-side benchmark: ``python -m dcoded.bench`` (or ``make bench``).
 
 On one emulated cluster (``cluster=netem``; ``--cluster local`` where there is no root) it runs
-``ssgd``, ``asgd``, ``ddp`` and ``cdc`` at every redundancy (coded, and uncoded where the two
-differ) for each model, on MNIST-sized synthetic data, and writes ``results.csv`` and
-``results.md``: time per batch and per phase, bytes per worker (measured multicast and unicast,
-Dask, wire) beside the closed forms, and every time as a ratio to ``ssgd`` and to ``ddp``
-measured in the same run. Speed is judged here, never by timed assertions in tests.
+``ssgd``, ``asgd``, ``ddp`` and ``cdc`` at every redundancy (coded, and uncoded and summed where
+they differ), over each transport, for each model, on MNIST-sized synthetic data, then prints
+its table: time per batch and per phase, each exchange phase beside its bound on the run's
+topology, bytes per worker (measured multicast and unicast, what the transport moved, wire)
+beside the closed forms, and every time as a ratio to ``ssgd`` and to ``ddp`` measured in the
+same sweep. Speed is judged here, never by timed assertions in tests.
+
+The runs are Hydra multiruns of three experiment files (Hydra sweeps products, and the bench's
+runs are not one): ``bench`` (its conditions and the baselines), ``bench_cdc`` (``1 < r < K``,
+every shuffle) and ``bench_cdc_ends`` (``r = 1`` and ``r = K``, the coded shuffle), each
+``python -m dcoded -m experiment=<name> hydra.sweep.dir=<out> ...`` with the overrides the
+flags ask for, all into one sweep folder; the table is then read from its jobs'
+``summary.json`` and written beside them (``bench.md``, ``bench.csv``, ``bench.json``).
+``--read SWEEP_DIR`` only reads, any sweep folder of those experiments (or of other runs with
+the summaries it needs), for instance one run by hand::
+
+    python -m dcoded -m experiment=bench cluster=local hydra.sweep.dir=bench/mine
+    python -m dcoded.bench --read bench/mine
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
+import datetime as dt
 import json
+import os
+import re
+import subprocess
 import sys
-import time
 from pathlib import Path
+
+import yaml
 
 from dcoded.coding import Placement, bounds, hybrid_plan
 from dcoded.coding.messages import step_messages
-from dcoded.config import compose_config
+from dcoded.results import PHASES, load_sweep
+
+#: The experiment files of the bench, in the order it runs them (``dcoded/conf/experiment/``).
+EXPERIMENTS = ("bench", "bench_cdc", "bench_cdc_ends")
+#: The bench's table in the sweep folder: ``bench.md``, ``bench.csv`` and ``bench.json``.
+TABLE_STEM = "bench"
+BASELINES = ("ssgd", "asgd", "ddp")
+SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
+TOPOLOGIES = ("switch", "bus", "racks", None)
 
 COLUMNS = [
     "topology",
@@ -56,26 +81,51 @@ COLUMNS = [
 ]
 
 
-def plan(
-    n_workers: int, redundancies: list[int] | None, transports=("direct",), shuffles=None
-) -> list[list[str]]:
-    """The runs for one model: the baselines, then cdc at every useful ``r``, shuffle and
-    transport (at ``r = 1`` every shuffle sends the same values; at ``r = K`` none sends)."""
-    runs = [["algorithm=ssgd"], ["algorithm=asgd"], ["algorithm=ddp"]]
-    for transport in transports:
-        for r in redundancies or range(1, n_workers + 1):
-            kinds = shuffles or (
-                ("coded", "uncoded", "summed") if 1 < r < n_workers else ("coded",)
-            )
-            for shuffle in kinds:
-                runs.append(
-                    [
-                        "algorithm=cdc",
-                        f"coding.redundancy={r}",
-                        f"coding.shuffle={shuffle}",
-                        f"transport={transport}",
-                    ]
-                )
+def _ints(text: str | None) -> list[int] | None:
+    return [int(x) for x in text.split(",")] if text else None
+
+
+def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
+    """The multiruns the flags ask for, each as the arguments after ``python -m dcoded -m``
+    (without ``hydra.sweep.dir``). A flag left out keeps the experiment file's value; ``K`` is
+    ``n_workers``: the ends ``r = 1`` and ``r = K`` run the coded shuffle only, unless
+    ``--shuffles`` is given (then every ``r`` runs those)."""
+    common = []
+    for flag, key in [
+        ("cluster", "cluster"),
+        ("workers", "cluster.n_workers"),
+        ("bandwidth_mbit", "cluster.bandwidth_mbit"),
+        ("queue_ms", "cluster.queue_ms"),
+        ("rack_size", "cluster.rack_size"),
+        ("uplink_mbit", "cluster.uplink_mbit"),
+        ("models", "model"),
+        ("steps", "train.steps"),
+        ("batch_size", "train.batch_size"),
+        ("samples", "dataset.n_samples"),
+    ]:
+        value = getattr(args, flag)
+        if value is not None:
+            common.append(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}")
+    if args.topology and args.cluster != "local":  # no links to shape on a local cluster
+        common.append(f"cluster.topology={args.topology}")
+    common += args.overrides
+    runs = []
+    if args.baselines is None:
+        runs.append(["experiment=bench", *common])
+    elif args.baselines:
+        runs.append(["experiment=bench", f"algorithm={args.baselines}", *common])
+    cdc = [f"transport={args.transports}"] if args.transports else []
+    redundancies = _ints(args.redundancies) or list(range(1, n_workers + 1))
+    if args.shuffles:
+        joined = ",".join(map(str, redundancies))
+        cdc += [f"coding.redundancy={joined}", f"coding.shuffle={args.shuffles}"]
+        return [*runs, ["experiment=bench_cdc", *cdc, *common]]
+    middle = [r for r in redundancies if 1 < r < n_workers]
+    ends = [r for r in redundancies if r in (1, n_workers)]
+    for name, rs in [("bench_cdc", middle), ("bench_cdc_ends", ends)]:
+        if rs:
+            joined = ",".join(map(str, rs))
+            runs.append([f"experiment={name}", *cdc, f"coding.redundancy={joined}", *common])
     return runs
 
 
@@ -148,10 +198,7 @@ def row(summary: dict) -> dict:
         "transport": summary.get("transport"),
         "steps": summary["steps"],
         "step_ms": ms(t["step_median"]),
-        **{
-            f"{p}_ms": ms(t.get(p))
-            for p in ("map", "encode", "shuffle", "decode", "update", "params")
-        },
+        **{f"{p}_ms": ms(t.get(p)) for p in PHASES},
         **{f"{p}_bound_ms": ms(v) for p, v in limits.items()},
         "shuffle_x": ratio("shuffle"),
         "params_x": ratio("params"),
@@ -192,113 +239,186 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dcoded.bench", description=__doc__)
-    parser.add_argument("--cluster", choices=["netem", "local"], default="netem")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--bandwidth-mbit", type=float, default=100.0)
-    parser.add_argument("--topology", default="switch", help="e.g. switch,bus,racks")
-    parser.add_argument("--rack-size", type=int, default=2, help="racks: workers per rack")
-    parser.add_argument("--uplink-mbit", type=float, default=None, help="racks (default: rate)")
-    parser.add_argument("--queue-ms", type=float, default=None, help="queue of every link")
-    parser.add_argument("--models", default="dnn,cnn")
-    parser.add_argument("--redundancies", default=None, help="e.g. 1,2 (default: 1..K)")
-    parser.add_argument("--transports", default="dask,direct", help="cdc's transports")
-    parser.add_argument("--shuffles", default=None, help="e.g. coded,summed (default: all)")
-    parser.add_argument("--baselines", default="ssgd,asgd,ddp", help="'' for none")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=240)
-    parser.add_argument("--samples", type=int, default=4096, help="synthetic training samples")
-    parser.add_argument("--out", default="bench")
-    parser.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    redundancies = [int(x) for x in args.redundancies.split(",")] if args.redundancies else None
-    common = [
-        f"cluster={args.cluster}",
-        f"cluster.n_workers={args.workers}",
-        "dataset=synthetic",
-        f"dataset.n_samples={args.samples}",
-        "dataset.n_test=1000",
-        "dataset.shape=[1,28,28]",
-        f"train.steps={args.steps}",
-        f"train.batch_size={args.batch_size}",
-        "train.eval_every=0",
-        "progress=false",
-        *args.overrides,
+def _order(rows: list[dict]):
+    """Topology, model and transport in the order first seen; the baselines first, then cdc
+    by transport, r and shuffle."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    transports = list(dict.fromkeys(r["transport"] for r in rows))
+
+    def key(r):
+        topology = r["topology"]
+        return (
+            TOPOLOGIES.index(topology) if topology in TOPOLOGIES else len(TOPOLOGIES),
+            str(topology),
+            models.index(r["model"]),
+            BASELINES.index(r["algorithm"]) if r["algorithm"] in BASELINES else len(BASELINES),
+            r["algorithm"],
+            transports.index(r["transport"]),
+            r["r"] or 0,
+            SHUFFLES.index(r["shuffle"]) if r["shuffle"] in SHUFFLES else len(SHUFFLES),
+        )
+
+    return key
+
+
+def _shape(run_dir: Path) -> str | None:
+    """The dataset's sample shape from the job's ``.hydra/config.yaml`` (``1x28x28``)."""
+    try:
+        cfg = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+        return "x".join(str(n) for n in cfg["dataset"]["shape"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None
+
+
+def _values(items) -> str:
+    return ",".join(str(v) for v in dict.fromkeys(items))
+
+
+def read(sweep_dirs: list[Path]) -> tuple[list[dict], str, list[str]]:
+    """``(rows, header, unfinished)`` of the jobs of these sweep folders (read by
+    :func:`dcoded.results.load_sweep`): a row per finished job, in the bench's order, with
+    the ratios to the baselines of the same model and topology among them, and a line per job
+    that did not finish."""
+    jobs = [j for d in sweep_dirs for j in load_sweep(d)]
+    done = [j for j in jobs if j["status"] == "finished"]
+    unfinished = [
+        f"{j['dir']}: {j['status']}" + (f" ({j['error'].splitlines()[0]})" if j["error"] else "")
+        for j in jobs
+        if j["status"] != "finished"
     ]
-    if args.cluster == "netem":
-        common.append(f"cluster.bandwidth_mbit={args.bandwidth_mbit}")
-    from dcoded import netem
-    from dcoded.run import run
-
-    rows = []
-    topologies = args.topology.split(",") if args.cluster == "netem" else [None]
-    for topology in topologies:
-        shape = []
-        if topology:
-            shape = [f"cluster.topology={topology}"]
-            if args.queue_ms:
-                shape.append(f"cluster.queue_ms={args.queue_ms}")
-            if topology == "racks":
-                uplink = args.uplink_mbit or args.bandwidth_mbit
-                shape += [f"cluster.rack_size={args.rack_size}", f"cluster.uplink_mbit={uplink}"]
-        with contextlib.ExitStack() as stack:
-            net = None
-            if topology:
-                cluster = compose_config([*common, *shape]).cluster
-                links = netem.Links.from_config(cluster)
-                net = stack.enter_context(
-                    netem.network(args.workers, links, out / f"netem-{topology}")
-                )
-            for model in args.models.split(","):
-                runs = plan(
-                    args.workers,
-                    redundancies,
-                    args.transports.split(","),
-                    args.shuffles.split(",") if args.shuffles else None,
-                )
-                keep = set(filter(None, args.baselines.split(",")))
-                runs = [e for e in runs if e[0] == "algorithm=cdc" or e[0].split("=")[1] in keep]
-                for extra in runs:
-                    name = "-".join([*filter(None, [topology]), model])
-                    name = "-".join([name, *(e.split("=")[1] for e in extra)])
-                    cfg = compose_config([*common, *shape, f"model={model}", *extra])
-                    t = time.monotonic()
-                    if net is not None:
-                        from omegaconf import OmegaConf
-
-                        summary = netem.run_in_network(
-                            OmegaConf.to_container(cfg, resolve=True), out / name, net
-                        )
-                    else:
-                        summary = run(cfg, out_dir=out / name)
-                    rows.append(row(summary))
-                    print(
-                        f"{name}: {rows[-1]['step_ms']} ms/step ({time.monotonic() - t:.0f} s)",
-                        file=sys.stderr,
-                    )
+    rows = [row(j["summary"]) for j in done]
     add_ratios(rows)
-    with open(out / "results.csv", "w", newline="") as f:
+    rows.sort(key=_order(rows))
+    summaries = [j["summary"] for j in done]
+    nets = [s["environment"].get("netem") or {} for s in summaries]
+    rates = _values(f"{n['bandwidth_mbit']:g}" for n in nets if n)
+    shapes = _values(filter(None, (_shape(j["dir"]) for j in done)))
+    header = (
+        f"dcoded bench: K={_values(s['n_workers'] for s in summaries)}, "
+        f"cluster={_values(s['environment'].get('cluster') for s in summaries)}"
+        + (f" at {rates} Mbit/s per link ({_values(r['topology'] for r in rows)})" if rates else "")
+        + f", {_values(s['dataset'] for s in summaries)} {shapes}".rstrip()
+        + f", B={_values(s['batch_size'] for s in summaries)}"
+        + f", {_values(s['steps'] for s in summaries)} steps; times are medians per step; bytes "
+        "per worker per step; vs_*: step time over that baseline's, same sweep"
+    )
+    return rows, header, unfinished
+
+
+def write(rows: list[dict], header: str, out: Path) -> str:
+    """``bench.csv``, ``bench.md`` and ``bench.json`` into ``out``; the markdown."""
+    with open(out / f"{TABLE_STEM}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    header = (
-        f"dcoded bench: K={args.workers}, cluster={args.cluster}"
-        + (
-            f" at {args.bandwidth_mbit:g} Mbit/s per link ({args.topology})"
-            if args.cluster == "netem"
-            else ""
-        )
-        + f", synthetic 1x28x28, B={args.batch_size}, {args.steps} steps; times are medians "
-        "per step; bytes per worker per step; vs_*: step time over that baseline's, same run"
-    )
     text = markdown(rows, header)
-    (out / "results.md").write_text(text)
-    (out / "results.json").write_text(json.dumps(rows, indent=1))
-    print(text)
-    return 0
+    (out / f"{TABLE_STEM}.md").write_text(text)
+    (out / f"{TABLE_STEM}.json").write_text(json.dumps(rows, indent=1))
+    return text
+
+
+def run_sweep(args: list[str], out: Path) -> int:
+    """``python -m dcoded -m ARGS hydra.sweep.dir=OUT``, its output into ``out/<experiment>.log``
+    and each job's launch line to stderr; returns its exit status."""
+    cmd = [sys.executable, "-m", "dcoded", "-m", *args, f"hydra.sweep.dir={out}"]
+    name = args[0].split("=", 1)[1]
+    with open(out / f"{name}.log", "a") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        print(f"{name}: {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if re.search(r"\t#\d+ : ", line) or line.startswith("error:"):
+                    print(f"  {name}: {line.split('] ', 1)[-1].strip()}", file=sys.stderr)
+            return proc.wait()
+        except BaseException:
+            proc.terminate()  # Ctrl-C: the multirun removes its emulated cluster on exit
+            proc.wait()
+            raise
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dcoded.bench",
+        description=__doc__.split("\n\n")[1],
+        epilog="A flag left out keeps the value of dcoded/conf/experiment/bench.yaml (shown in "
+        "brackets).",
+    )
+    p.add_argument("--read", nargs="+", type=Path, metavar="SWEEP_DIR", help="only read these")
+    p.add_argument("--cluster", choices=["netem", "local"], help="[netem]")
+    p.add_argument("--workers", type=int, help="K [4]")
+    p.add_argument("--bandwidth-mbit", type=float, help="each link's rate [100]")
+    p.add_argument("--topology", help="e.g. switch,bus,racks [switch]")
+    p.add_argument("--rack-size", type=int, help="racks: workers per rack [2]")
+    p.add_argument("--uplink-mbit", type=float, help="racks: each uplink [the links' rate]")
+    p.add_argument("--queue-ms", type=float, help="queue of every link [cluster=netem's: 20]")
+    p.add_argument("--models", help="[dnn,cnn]")
+    p.add_argument("--redundancies", help="e.g. 1,2 [1..K]")
+    p.add_argument("--transports", help="cdc's [dask,direct]")
+    p.add_argument("--shuffles", help="e.g. coded,summed, at every r [all where they differ]")
+    p.add_argument("--baselines", help="'' for none [ssgd,asgd,ddp]")
+    p.add_argument("--steps", type=int, help="[30]")
+    p.add_argument("--batch-size", type=int, help="[240]")
+    p.add_argument("--samples", type=int, help="synthetic training samples [4096]")
+    p.add_argument("--out", type=Path, help="the sweep folder [bench/<date>_<time>]")
+    p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.read:
+        out = args.read[0]
+        missing = [d for d in args.read if not d.is_dir()]
+        if missing:
+            print(f"error: {missing[0]} is not a folder (a multirun's sweep dir)", file=sys.stderr)
+            return 2
+        failed = 0
+    else:
+        out = (args.out or Path("bench", dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))).resolve()
+        if out.is_dir() and load_sweep(out):
+            print(
+                f"error: {out} already holds runs: --read it, or give another --out",
+                file=sys.stderr,
+            )
+            return 2
+        out.mkdir(parents=True, exist_ok=True)
+        from dcoded.config import compose_config
+
+        n_workers = args.workers or compose_config(["experiment=bench"]).cluster.n_workers
+        failed = 0
+        for sweep in sweeps(args, n_workers):
+            code = run_sweep(sweep, out)
+            if code:
+                failed = code
+                print(
+                    f"error: {sweep[0]} ended with status {code}; its log: "
+                    f"{out / sweep[0].split('=')[1]}.log",
+                    file=sys.stderr,
+                )
+    rows, header, unfinished = read(args.read or [out])
+    for line in unfinished:
+        print(f"note: did not finish: {line}", file=sys.stderr)
+    for name in ("ssgd", "ddp"):
+        if rows and not any(r["algorithm"] == name for r in rows):
+            print(f"note: no {name} run: vs_{name} is blank", file=sys.stderr)
+    if not rows:
+        print(
+            f"error: no finished runs in {', '.join(map(str, args.read or [out]))}", file=sys.stderr
+        )
+        return 1
+    print(write(rows, header, out), end="")
+    print(f"table: {out / TABLE_STEM}.md", file=sys.stderr)
+    return 1 if failed or unfinished else 0
 
 
 if __name__ == "__main__":
