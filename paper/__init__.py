@@ -2,9 +2,11 @@
 
 1. ``python -m paper.sweep``: run every experiment's Hydra multirun
    (``dcoded/conf/experiment/paper_*``) into ``paper/results/<size>/<experiment>/``; a
-   finished sweep is skipped.
+   finished sweep is skipped while its key (every job's composed config and the code,
+   :mod:`paper.cache`) still matches, and run again when it does not.
 2. ``python -m paper.draw``: scripts that only read those results write the tables, the
-   figures and ``paper/REPORT.md``.
+   figures and ``paper/REPORT.md`` (with a warning for every stale sweep they read). They
+   import nothing of stage 1.
 
 ``make paper`` does both; ``make paper SIZE=full`` is the full-size setting.
 """

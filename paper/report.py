@@ -20,8 +20,8 @@ from paper import (
     paths,
     table_time,
 )
-from paper.results import MissingResults, Run, load, meta
-from paper.sweep import SKIPPED
+from paper.cache import SKIPPED
+from paper.results import MissingResults, Run, load, meta, stale
 
 
 def _less(pct: float) -> str:
@@ -65,8 +65,7 @@ def conditions(results: Path, size: str) -> str:
         models.setdefault(r["model"], r["n_params"])
     opt = cfg["optimizer"]
     lines = [
-        f"- size: `{size}` (`make paper SIZE={size}`); commit `{m['commit']}`; results of "
-        f"{m['finished'][:10]}",
+        f"- size: `{size}` (`make paper SIZE={size}`); results of {m['finished'][:10]}",
         f"- workers: K = {first['n_workers']} Dask worker processes, one thread and "
         f"{env['torch_threads']} torch thread each, on a machine with {env['cores']} cores "
         "(the workers share them: redundant compute costs more here than on K machines)",
@@ -84,6 +83,23 @@ def conditions(results: Path, size: str) -> str:
         f"- software: python {env['python']}, torch {env['torch']}, dask {env['dask']}, "
         f"distributed {env['distributed']}, numpy {env['numpy']}",
     ]
+    return "\n".join(lines)
+
+
+def provenance(results: Path, size: str) -> str:
+    """One line per finished sweep: the commit it ran at, and whether it is stale."""
+    lines = []
+    for e in paths.EXPERIMENTS:
+        try:
+            m = meta(results, size, e)
+        except MissingResults:
+            continue
+        why = stale(results, size, e)
+        lines.append(
+            f"- `{e}`: commit `{m.get('commit') or 'unknown'}`, {m['jobs']} jobs, finished "
+            f"{m.get('finished', '?')[:16].replace('T', ' ')} UTC"
+            + (f"; **stale**: {why}" if why else "; fresh (same job configs and code)")
+        )
     return "\n".join(lines)
 
 
@@ -501,6 +517,9 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         parts.append(conditions(results, size))
     except MissingResults as e:
         parts.append(f"not known: {e}")
+    sweeps = provenance(results, size)
+    if sweeps:
+        parts += ["", "Every sweep read, the commit it ran at:", "", sweeps]
     for title, experiments, body, figures in SECTIONS:
         parts += ["", f"## {title}", ""]
         missing = _missing(results, size, experiments)

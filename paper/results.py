@@ -1,19 +1,22 @@
 """Reading what stage 1 wrote: the runs of one experiment's sweep, and how it was run.
 
-Every drawing script reads results through here and nothing else.
+Every drawing script reads results through here and nothing else. A finished sweep whose key
+(:mod:`paper.cache`) no longer matches the configs and code here is still read, with one
+warning line on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from dcoded.results import load_sweep, read_history
-from paper import paths
+from paper import cache, paths
+from paper.cache import COMPLETE
 
-#: What stage 1 writes into a sweep's folder when every job of it has finished.
-COMPLETE = "complete.json"
+_staleness: dict[Path, str | None] = {}
 
 
 class MissingResults(RuntimeError):
@@ -60,7 +63,24 @@ def meta(results: Path, size: str, experiment: str) -> dict:
             f"no finished sweep of {experiment} in {where}: run `python -m paper.sweep "
             f"--size {size}` (or `make paper`) first"
         )
-    return json.loads(f.read_text())
+    record = json.loads(f.read_text())
+    stale(results, size, experiment)
+    return record
+
+
+def stale(results: Path, size: str, experiment: str) -> str | None:
+    """Why a finished sweep no longer matches the configs and code here (``None``: it does).
+    The first time a stale sweep is asked about, one warning line goes to stderr."""
+    where = paths.sweep_dir(results, size, experiment).resolve()
+    if where not in _staleness:
+        why = _staleness[where] = cache.check_finished(where)
+        if why:
+            print(
+                f"warning: the sweep in {where} is stale ({why}); `python -m paper.sweep "
+                f"--size {size} --only {experiment}` runs it again",
+                file=sys.stderr,
+            )
+    return _staleness[where]
 
 
 def load(results: Path, size: str, experiment: str) -> list[Run]:

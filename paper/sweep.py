@@ -1,12 +1,17 @@
 """Stage 1: run every experiment's sweep (a Hydra multirun), caching the results.
 
     python -m paper.sweep [--size small|full] [--mnist DIR] [--cluster auto|netem|local]
-                          [--only EXPERIMENT ...] [--force] [-- OVERRIDE ...]
+                          [--only EXPERIMENT ...] [--force | --reuse-stale | --check]
+                          [-- OVERRIDE ...]
 
 Each experiment ``dcoded/conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
-experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. A sweep that finished
-(``complete.json`` is there) is skipped unless ``--force``; one that did not is moved aside to
-``<name>.incomplete-<time>`` and run again, so nothing already written is lost.
+experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. The cache is keyed on
+what determines the results (:mod:`paper.cache`): every job's composed config and the code. A
+finished sweep (``complete.json``) whose key matches is skipped unless ``--force``; one whose key
+differs is stale: it is moved aside to ``<name>.stale-<time>`` and run again, or kept with a
+warning with ``--reuse-stale``. A sweep that did not finish is moved aside to
+``<name>.incomplete-<time>`` and run again, so nothing already written is lost. ``--check`` runs
+nothing and says, per experiment, fresh, stale (why), missing or incomplete.
 
 Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
 MNIST-sized synthetic data otherwise. Cluster: the emulated network when this machine can build
@@ -28,30 +33,12 @@ import sys
 import time
 from pathlib import Path
 
-from paper import paths
-from paper.results import COMPLETE
-
-SKIPPED = "skipped.json"
+from paper import cache, paths
+from paper.cache import COMPLETE, SKIPPED
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _commit() -> str | None:
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=paths.ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return None
-    return (sha + ("-dirty" if dirty else "")) or None
 
 
 def choose_cluster(wanted: str) -> tuple[str, str | None]:
@@ -150,6 +137,62 @@ def run_sweep(experiment: str, dest: Path, overrides: list[str]) -> int:
     return jobs
 
 
+def sweep_overrides(
+    size: str, cluster: str, data: list[str], shared: list[str], own: list[str]
+) -> list[str]:
+    """What an experiment's multirun gets after ``experiment=<name>``."""
+    return [
+        f"size={size}",
+        *([] if cluster == "netem" else ["cluster=local"]),
+        *data,
+        *shared,
+        *own,
+    ]
+
+
+def state(dest: Path, now: cache.Plan) -> tuple[str, str | None]:
+    """``(state, why)``: ``fresh``, ``stale`` (why), ``missing`` or ``incomplete``."""
+    record = cache.read_record(dest)
+    if record is not None:
+        why = cache.stale_reason(record, now)
+        return ("stale", why) if why else ("fresh", None)
+    if not dest.exists():
+        return "missing", None
+    if (dest / SKIPPED).exists() and len(list(dest.iterdir())) == 1:
+        return "missing", "skipped earlier: it needs cluster=netem"
+    return "incomplete", None
+
+
+def _plan(experiment: str, overrides: list[str], code: str) -> cache.Plan:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return cache.plan(experiment, overrides, code=code)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise SystemExit(
+            f"error: the sweep of {experiment} does not compose with {' '.join(overrides)}: {e}"
+        ) from None
+
+
+def _needs_netem(dest: Path, experiment: str, note: str | None, check: bool) -> None:
+    """An experiment that sweeps the links' rate, where cluster=netem cannot run: a finished
+    sweep is kept as it is (it cannot run again here), else it is marked skipped."""
+    if (dest / COMPLETE).exists():
+        why = cache.check_finished(dest)
+        print(
+            f"{experiment}: {'stale (' + why + ')' if why else 'fresh'}; kept, it needs "
+            "cluster=netem to run again"
+        )
+        return
+    if check:
+        print(f"{experiment}: missing; it needs cluster=netem, which is not available here")
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / SKIPPED).write_text(json.dumps({"why": note, "at": _now()}))
+    print(f"{experiment}: skipped, it sweeps the links' rate and needs cluster=netem")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m paper.sweep", description=__doc__.split("\n")[0]
@@ -158,7 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mnist", default=None, help="a folder with the four MNIST IDX files")
     parser.add_argument("--cluster", choices=["auto", "netem", "local"], default="auto")
     parser.add_argument("--only", nargs="+", choices=list(paths.EXPERIMENTS), default=None)
-    parser.add_argument("--force", action="store_true", help="run finished sweeps again")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--force", action="store_true", help="run finished sweeps again")
+    what.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="keep a finished sweep whose configs or code changed since (with a warning)",
+    )
+    what.add_argument(
+        "--check", action="store_true", help="run nothing: say which sweeps are fresh"
+    )
     parser.add_argument("--results", type=Path, default=paths.RESULTS)
     parser.add_argument(
         "overrides",
@@ -168,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shared, only_for = split_overrides(args.overrides)
 
-    commit = _commit()  # the code the sweeps run, before anything can change it
+    # the code the sweeps run, before anything can change it
+    commit, code = cache.commit(), cache.code_identity()
     cluster, cluster_note = choose_cluster(args.cluster)
     data_overrides, data_note = choose_data(args.mnist)
     if cluster_note:
@@ -176,32 +229,45 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {data_note}", file=sys.stderr)
     for experiment in args.only or list(paths.EXPERIMENTS):
         dest = paths.sweep_dir(args.results, args.size, experiment)
-        if (dest / COMPLETE).exists() and not args.force:
-            print(f"{experiment}: finished earlier, kept ({dest})")
-            continue
         if cluster != "netem" and experiment in paths.NEEDS_NETEM:
-            dest.mkdir(parents=True, exist_ok=True)
-            (dest / SKIPPED).write_text(json.dumps({"why": cluster_note, "at": _now()}))
-            print(f"{experiment}: skipped, it sweeps the links' rate and needs cluster=netem")
+            _needs_netem(dest, experiment, cluster_note, args.check)
             continue
+        overrides = sweep_overrides(
+            args.size, cluster, data_overrides, shared, only_for.get(experiment, [])
+        )
+        now = _plan(experiment, overrides, code)
+        status, why = state(dest, now)
+        if args.check:
+            print(f"{experiment}: {status}" + (f" ({why})" if why else ""))
+            continue
+        if status == "fresh" and not args.force:
+            print(f"{experiment}: fresh (same job configs and code), kept ({dest})")
+            continue
+        if status == "stale" and args.reuse_stale:
+            print(f"warning: {experiment}: stale ({why}); reused as --reuse-stale asks ({dest})")
+            continue
+        if status == "stale" and not args.force:
+            print(f"{experiment}: stale ({why}); running it again")
         if dest.exists():
             stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            aside = dest.with_name(
-                f"{experiment}.{'previous' if args.force else 'incomplete'}-{stamp}"
-            )
+            kind = "previous" if args.force else "stale" if status == "stale" else "incomplete"
+            aside = dest.with_name(f"{experiment}.{kind}-{stamp}")
+            n = 1
+            while aside.exists():  # two in the same second
+                n += 1
+                aside = dest.with_name(f"{experiment}.{kind}-{stamp}-{n}")
             dest.rename(aside)
             print(f"{experiment}: earlier results moved to {aside}")
-        overrides = [
-            f"size={args.size}",
-            *([] if cluster == "netem" else ["cluster=local"]),
-            *data_overrides,
-            *shared,
-            *only_for.get(experiment, []),
-        ]
         started, t0 = _now(), time.monotonic()
         print(f"{experiment}: {paths.EXPERIMENTS[experiment]}", flush=True)
         jobs = run_sweep(experiment, dest, overrides)
         seconds = time.monotonic() - t0
+        if jobs != len(now.jobs):
+            print(
+                f"warning: {experiment}: Hydra launched {jobs} jobs, the key was computed over "
+                f"{len(now.jobs)}",
+                file=sys.stderr,
+            )
         record = {
             "experiment": experiment,
             "size": args.size,
@@ -211,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             "data": data_note,
             "overrides": overrides,
             "commit": commit,
+            **now.record(),
             "host": {"cores": os.cpu_count(), "machine": platform.machine()},
             "started": started,
             "finished": _now(),
