@@ -62,7 +62,7 @@ def ddp_train(
     run_id: str, rank: int, spec: RunSpec, master: str, port: int, theta0: np.ndarray | None
 ) -> dict:
     """The whole training loop of one rank; returns ``θ`` (rank 0) and the per-step records
-    are left for :func:`dcoded.engine.registry.drain`."""
+    are left for :func:`dcoded.engine.registry.drain_records`."""
     ip = urlparse(get_worker().address).hostname
     iface = _interface_of(ip)
     if iface:

@@ -151,12 +151,12 @@ class Context:
 
     def collect(self, what: str) -> None:
         """Bring the workers' records to the log: each worker hands over what it recorded since
-        the last collection (:func:`dcoded.engine.registry.drain`); the log takes them in
+        the last collection (:func:`dcoded.engine.registry.drain_records`); the log takes them in
         (:meth:`TrainingLog.ingest`). Cheap: call it every few steps. A scheduler that goes
         away during the call is :class:`WorkerLost` with the reason, not a traceback."""
         try:
             # a worker that died took its records with it; the others still answer
-            replies = self.client.run(registry.drain, self.log.run_id, on_error="ignore")
+            replies = self.client.run(registry.drain_records, self.log.run_id, on_error="ignore")
             self.log.ingest(replies.values())
         except (OSError, TimeoutError) as e:
             raise WorkerLost(f"{what}: lost the scheduler while collecting records ({e})") from None

@@ -147,7 +147,7 @@ class TrainingLog:
 
     def ingest(self, replies) -> None:
         """Take in the workers' records and transfer logs, one reply of
-        :func:`dcoded.engine.registry.drain` per worker."""
+        :func:`dcoded.engine.registry.drain_records` per worker."""
         for reply in replies:
             for rec in reply["records"]:
                 self._add_record(rec)

@@ -4,7 +4,7 @@ A worker process keeps its replica (model, data, optimizer shard, and on ``trans
 its links) in a process-local registry keyed by ``(run_id, rank)``: :func:`setup` builds it,
 :func:`state` finds it, :func:`teardown` drops it. Every worker function keeps a
 :func:`record` of where its time and bytes went; the driver takes the records with
-:func:`drain` (through ``client.run``, see :meth:`dcoded.engine.driver.Context.collect`).
+:func:`drain_records` (through ``client.run``, see :meth:`dcoded.engine.driver.Context.collect`).
 
 Task keys are ``"dcoded-{kind}-{run_id}/{step}/..."`` (:func:`task_key`) so the transfer logs
 can be attributed to a step and a kind (``seg``: all-gather, ``pkt``/``unc``/``sum``/``hyb``:
@@ -159,7 +159,7 @@ def teardown(run_id: str, dask_worker=None) -> int:
     return len(gone)
 
 
-def drain(run_id: str, dask_worker=None) -> dict:
+def drain_records(run_id: str, dask_worker=None) -> dict:
     """Take this process's task records of ``run_id`` and the worker's transfer-log entries
     not drained before (run through ``client.run`` by :meth:`Context.collect`)."""
     with _LOCK:
