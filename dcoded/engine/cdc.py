@@ -7,6 +7,12 @@ worker's map output stays where it was computed; only shuffle messages
 (``seg``) move, worker to worker, as Dask dependencies. The next step's maps depend on the
 owners' updated segments, so the all-gather is peer to peer and the driver only submits work
 and collects metrics. At ``r = K`` nothing moves: each worker's step waits on its previous one.
+
+The file reads in the order of a step: a worker's math (:func:`map_grads`, :func:`payload`,
+:func:`reduce_segment`, :func:`update_segment`; ``transport=direct`` runs the same functions in
+its loop, :mod:`dcoded.engine.direct`), the tasks that wrap each piece, then the graph the driver
+submits. Which messages a step sends, to whom, and what each needs are
+:mod:`dcoded.coding.messages`; the replicas and records, :mod:`dcoded.engine.registry`.
 """
 
 from __future__ import annotations
