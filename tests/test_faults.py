@@ -24,6 +24,7 @@ from dcoded.engine.driver import Context
 from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.errors import ClusterError, Divergence, WorkerLost
+from dcoded.optim import SegmentOptimizer
 from tests.conftest import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,16 +71,33 @@ def test_stop_at_10_and_resume_to_20_is_bit_exact(tmp_path, overrides):
     assert second["start_step"] == 10 and second["events"]
 
 
-def test_resume_with_fewer_workers_replans_the_placement(tmp_path):
+def test_resume_with_fewer_workers_replans_the_placement(tmp_path, monkeypatch):
     """A checkpoint of K=4, r=2 continues on K=3, r=2: the optimizer state is re-sliced for
     the new segments, and cdc still equals serial bit for bit."""
     _run(tmp_path, "k4", "cluster.n_workers=4", "train.steps=6", "train.checkpoint_every=3")
     resume = f"train.resume={tmp_path / 'k4'}"
     cdc = _run(tmp_path, "cdc3", "cluster.n_workers=3", "train.steps=10", resume)
+    # cdc and serial re-slice through the same code, so their agreement alone cannot show
+    # that the slices are right: each shard must get its own part of the saved momentum,
+    # the K=3 segments as numpy's array_split cuts them
+    loaded = []
+    real_load = SegmentOptimizer.load_state_arrays
+
+    def load_state_arrays(self, arrays):
+        loaded.append({k: np.array(v) for k, v in arrays.items()})
+        return real_load(self, arrays)
+
+    monkeypatch.setattr(SegmentOptimizer, "load_state_arrays", load_state_arrays)
     serial = _run(
         tmp_path, "ser3", "algorithm=serial", "cluster.n_workers=3", "train.steps=10", resume
     )
     assert cdc["param_sha256"] == serial["param_sha256"]
+    saved = checkpoint.load(tmp_path / "k4").optimizer["momentum_buffer"]
+    want = np.array_split(saved, 3)
+    shards = loaded[1:]  # the first: config's probe that the state fits the optimizer
+    assert len(shards) == 3 and all(np.any(w != 0) for w in want)
+    for got, w in zip(shards, want, strict=True):
+        assert np.array_equal(got["momentum_buffer"], w)
 
 
 def test_asgd_resumes_and_learns(tmp_path):
