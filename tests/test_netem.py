@@ -21,6 +21,7 @@ import dcoded.config
 import dcoded.errors
 import dcoded.run
 from dcoded import netem
+from dcoded.coding.messages import step_messages
 from dcoded.config import compose_config
 from tests.conftest import TINY, tiny_config
 
@@ -474,6 +475,36 @@ def test_multicast_is_refused_where_there_is_none_or_falls_back():
     assert any("fell back to direct" in e for e in summary["events"])
 
 
+def _busiest_link(messages, pace, topology, rate, uplink, rack) -> float:
+    """The most used link's load over its capacity when every sender sends its messages
+    ``(sender, receivers, size)`` spread evenly at ``pace`` Mbit/s, and a multicast crosses a
+    link once: the one medium of a bus; each receiver's link; on racks also the sender rack's
+    uplink and each receiving rack's downlink (at ``uplink``)."""
+    total = {}
+    for s, _, size in messages:
+        total[s] = total.get(s, 0.0) + size
+    load, capacity = {}, {}
+
+    def use(link, mbit, cap):
+        load[link] = load.get(link, 0.0) + mbit
+        capacity[link] = cap
+
+    for s, receivers, size in messages:
+        mbit = pace * size / total[s]
+        if topology == "bus":
+            use("bus", mbit, rate)
+            continue
+        for k in receivers:
+            use(("to", k), mbit, rate)
+        if topology == "racks":
+            away = {k // rack for k in receivers} - {s // rack}
+            if away:
+                use(("up", s // rack), mbit, uplink)
+            for q in away:
+                use(("down", q), mbit, uplink)
+    return max([0.0, *(load[x] / capacity[x] for x in load)])
+
+
 @pytest.mark.parametrize("topology", ["switch", "bus", "racks"])
 @pytest.mark.parametrize(
     ("shuffle", "r"), [("coded", 1), ("coded", 2), ("summed", 3), ("coded", 4)]
@@ -494,6 +525,14 @@ def test_multicast_paces_are_each_links_share(topology, shuffle, r):
     rate = 100 * 0.95
     for phase, pace in spec.pace_mbit.items():
         assert 0 < pace <= rate, (phase, pace)
+        # every sender spreading its phase's bytes at this pace: the busiest link is at 95% of
+        # its capacity (or no link binds and the sender's own link is the limit)
+        messages = step_messages(spec.placement, shuffle, spec.hybrid)[
+            "params" if phase == "seg" else phase
+        ]
+        busiest = _busiest_link(messages, pace, topology, 100.0, 50.0, 2)
+        assert busiest <= 0.95 + 1e-9, (phase, busiest)
+        assert busiest == pytest.approx(0.95) or pace == pytest.approx(rate), (phase, busiest)
     if topology == "bus" and r < 4:
         assert spec.pace_mbit["shuffle"] == pytest.approx(rate / 4)  # four senders, one medium
     if r == 4:
