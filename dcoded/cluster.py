@@ -143,15 +143,8 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                     f"{str(e).splitlines()[0]}"
                 ) from None
             stack.callback(_close, client)
-            try:
-                client.wait_for_workers(n_workers, timeout=cfg.get("connect_timeout_s", 10))
-            except TimeoutError:
-                have = len(client.scheduler_info()["workers"])
-                raise ClusterError(
-                    f"the scheduler at {cfg['address']} has {have} worker(s), "
-                    f"cluster.n_workers={n_workers} needed"
-                ) from None
-        workers = sorted(client.scheduler_info()["workers"])[:n_workers]
+        where = f"the scheduler at {cfg['address']}" if cfg["kind"] != "local" else "the cluster"
+        workers = _first_workers(client, n_workers, cfg.get("connect_timeout_s", 10), where)
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
         )
@@ -165,16 +158,21 @@ def attach_cluster(client: Client, cfg: Mapping, n_workers: int) -> Iterator[Ses
     if client.status != "running":
         raise ClusterError(f"the client passed to run() is {client.status}, not running")
     timeout = cfg.get("connect_timeout_s", 10)
+    workers = _first_workers(client, n_workers, timeout, "the client's cluster")
+    yield Session(client, workers, None, "client")
+
+
+def _first_workers(client: Client, n_workers: int, timeout: float, where: str) -> list[str]:
+    """The run's workers: the first ``n_workers`` in address order, once the scheduler has
+    that many (waiting up to ``timeout`` seconds for them)."""
     try:
         client.wait_for_workers(n_workers, timeout=timeout)
     except TimeoutError:
         have = len(client.scheduler_info()["workers"])
         raise ClusterError(
-            f"the client's cluster has {have} worker(s) after {timeout} s, "
-            f"cluster.n_workers={n_workers} needed"
+            f"{where} has {have} worker(s) after {timeout} s, cluster.n_workers={n_workers} needed"
         ) from None
-    workers = sorted(client.scheduler_info()["workers"])[:n_workers]
-    yield Session(client, workers, None, "client")
+    return sorted(client.scheduler_info()["workers"])[:n_workers]
 
 
 @contextlib.contextmanager
