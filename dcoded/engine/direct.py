@@ -30,11 +30,11 @@ from dcoded.checkpoint import concat_shards
 from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
 from dcoded.engine import registry
 from dcoded.engine.cdc import (
+    cdc_replicated,
     map_grads,
     payload,
     record_map,
     reduce_segment,
-    update_replicated,
     update_segment,
 )
 from dcoded.engine.driver import (
@@ -100,7 +100,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
     for step in range(start, stop):
         t0, repaired = time.time(), getattr(link, "repaired", 0)
         if st.spec.replicated:
-            _replicated_step(run_id, st, step)
+            cdc_replicated(run_id, rank, step)  # r = K: nothing moves, as on Dask
         else:
             _step(run_id, st, link, step)
         link.flush(st.spec.step_timeout_s)
@@ -115,15 +115,6 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
             repaired=getattr(link, "repaired", 0) - repaired,  # datagrams sent again
         )
     return stop
-
-
-def _replicated_step(run_id: str, st: WorkerState, step: int) -> None:
-    t0 = time.time()
-    grads, loss, digests = map_grads(st, step)
-    record_map(run_id, st, step, t0, loss, digests)
-    t1 = time.time()
-    update_replicated(st, grads)
-    record(run_id, step=step, rank=st.rank, phase="update", start=t1, stop=time.time())
 
 
 def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
