@@ -138,9 +138,10 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             plan = hybrid_plan(placement.g, r, m)  # the family is read or solved now
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    paces = None
+    paces, repair_after = None, REPAIR_AFTER_MS
     if transport == "multicast":
         paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
+        repair_after = _repair_after_ms(cluster, transport_cfg)
     if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
         raise ConfigError(
             "algorithm=ddp needs worker processes (one torch process group each): "
@@ -187,6 +188,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         overlap=bool(transport_cfg.get("overlap", True)),
         pace_mbit=paces,
         test_drop=float(transport_cfg.get("test_drop") or 0.0),
+        repair_after_s=repair_after / 1000,
         extra={"notes": notes},
     )
     try:
@@ -244,6 +246,31 @@ def _multicast_or_fallback(cluster: Mapping, transport: Mapping) -> tuple[str, s
         f"transport.lan=true on a LAN that has it; {where} has none (use transport=direct, or "
         "transport.fallback=direct to fall back to it)"
     )
+
+
+#: ``transport.repair_after_ms`` where no emulated network says how deep its queues are.
+REPAIR_AFTER_MS = 50.0
+
+
+def _repair_after_ms(cluster: Mapping, transport: Mapping) -> float:
+    """How long a datagram may still be on its way after it left its sender:
+    ``transport.repair_after_ms``, or on the emulated network every queue of its longest path
+    full, plus 5 ms for the processes to be scheduled. A receiver asks again only after
+    hearing nothing of a message for that long, and a sender re-sends only what left it at
+    least that long ago: sooner, the ask would be for data that is only late."""
+    after = transport.get("repair_after_ms")
+    if after is not None:
+        if not isinstance(after, int | float) or isinstance(after, bool) or not after > 0:
+            raise ConfigError(
+                f"transport.repair_after_ms={after!r} is not allowed: it must be a number > 0"
+            )
+        return float(after)
+    links = cluster.get("netem") or (cluster if cluster.get("kind") == "netem" else None)
+    if not links:
+        return REPAIR_AFTER_MS
+    from dcoded.netem import Links
+
+    return Links.from_config(links).queueing_ms() + 5.0
 
 
 def _paces(

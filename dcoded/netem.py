@@ -92,6 +92,12 @@ class Links:
             self.driver_rate_mbit if name == "drv" and self.driver_rate_mbit else self.rate_mbit
         )
 
+    def queueing_ms(self) -> float:
+        """The longest a frame can wait in queues between two hosts: every shaped queue of
+        the longest path full (the sender's link, the bus or both rack uplinks, the
+        receiver's link)."""
+        return {"switch": 2, "bus": 3, "racks": 4}[self.topology] * self.queue_ms
+
     def as_dict(self) -> dict:
         return {
             "topology": self.topology,
@@ -533,6 +539,8 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         "torch_threads": int(cluster.get("torch_threads", 1)),
         "connect_timeout_s": float(cluster.get("connect_timeout_s", 60)),
         "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
+        # every namespace, for the kernel's loss counters around the training loop
+        "namespaces": {**{n: h.ns for n, h in net.hosts.items()}, "hub": net.hub},
         "netem": net.links.as_dict(),
     }
     spec_file = out_dir / "netem" / "config.json"
@@ -551,6 +559,64 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     if code:
         raise NetemRunFailed(code)
     return json.loads((out_dir / "summary.json").read_text())
+
+
+#: The kernel's UDP counters (``/proc/net/snmp``) that say a datagram was lost in a host.
+UDP_COUNTERS = ("InDatagrams", "InErrors", "RcvbufErrors", "SndbufErrors")
+
+
+def loss_counters(namespaces: Mapping[str, str]) -> dict:
+    """The kernel's own loss counters now, by host name: each namespace's UDP counters and the
+    drops of each of its queues (``tc -s qdisc``: ``{"qdisc_dropped": {dev: n}}``)."""
+    script = "cat /proc/net/snmp; echo ---; tc -s qdisc show"
+    out = {}
+    for name, ns in namespaces.items():
+        text = subprocess.run(
+            ["ip", "netns", "exec", ns, "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        snmp, _, qdiscs = text.partition("---")
+        out[name] = {**_udp_counters(snmp), "qdisc_dropped": _qdisc_drops(qdiscs)}
+    return out
+
+
+def _udp_counters(snmp: str) -> dict[str, int]:
+    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith("Udp:")]
+    if len(rows) < 2:
+        return {}
+    values = dict(zip(rows[0], rows[1], strict=False))
+    return {k: int(values[k]) for k in UDP_COUNTERS if k in values}
+
+
+def _qdisc_drops(text: str) -> dict[str, int]:
+    drops, dev = {}, None
+    for line in text.splitlines():
+        if line.startswith("qdisc "):
+            words = line.split()  # qdisc KIND HANDLE: dev DEV ...
+            dev = f"{words[words.index('dev') + 1]} {words[1]}" if "dev" in words else None
+        elif dev and "dropped" in line:
+            drops[dev] = int(line.split("dropped", 1)[1].split(",")[0])
+    return drops
+
+
+def loss_delta(before: Mapping, after: Mapping) -> dict:
+    """What the counters of :func:`loss_counters` rose by, only where they rose (and the
+    datagrams received, for scale)."""
+    out = {}
+    for name, now in after.items():
+        was = before.get(name, {})
+        rose = {k: v - was.get(k, 0) for k, v in now.items() if k != "qdisc_dropped"}
+        rose = {k: v for k, v in rose.items() if v or k == "InDatagrams"}
+        qd = {
+            dev: n - was.get("qdisc_dropped", {}).get(dev, 0)
+            for dev, n in now["qdisc_dropped"].items()
+        }
+        if any(qd.values()):
+            rose["qdisc_dropped"] = {dev: n for dev, n in qd.items() if n}
+        out[name] = rose
+    return out
 
 
 def wire_probe(hosts: list[Mapping]):

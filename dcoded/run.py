@@ -102,10 +102,12 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                 ctx.client, ctx.workers = session.client, list(session.workers)
                 cluster_info = _ask_workers(ctx, session, c["cluster"])
                 try:
-                    probe = _wire_probe(c["cluster"])
-                    wire0 = probe()
+                    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
+                    wire0, losses0 = probe(), losses()
                     theta = train_fn(ctx)
                     wire1 = probe()
+                    if losses0 is not None:
+                        log.kernel_losses = netem.loss_delta(losses0, losses())
                 except BaseException:
                     _last_collect(ctx)  # while the cluster is still there
                     raise
@@ -195,6 +197,13 @@ def _wire_probe(cluster: Mapping):
     if not cluster.get("wire"):
         return lambda: None
     return netem.wire_probe(cluster["wire"])
+
+
+def _loss_probe(cluster: Mapping):
+    """Reads the kernel's loss counters in every namespace (emulated network only)."""
+    if not cluster.get("namespaces"):
+        return lambda: None
+    return lambda: netem.loss_counters(cluster["namespaces"])
 
 
 def _resume_hint(ctx: Context) -> str:

@@ -66,6 +66,7 @@ def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimi
             spec.pace_mbit,
             spec.test_drop,
             spec.seed,
+            spec.repair_after_s,
         )
     else:
         link = Link(run_id, rank, peers, get_worker())
@@ -98,7 +99,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
     st = registry.state(run_id, rank)
     link: Link = st.link
     for step in range(start, stop):
-        t0, repaired = time.time(), getattr(link, "repaired", 0)
+        t0, repairs = time.time(), link.repair_counts()
         if st.spec.replicated:
             cdc_replicated(run_id, rank, step)  # r = K: nothing moves, as on Dask
         else:
@@ -112,7 +113,7 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
             start=t0,
             stop=time.time(),
             sent=link.drain_sent(),
-            repaired=getattr(link, "repaired", 0) - repaired,  # datagrams sent again
+            repairs={k: v - repairs[k] for k, v in link.repair_counts().items()},
         )
     return stop
 

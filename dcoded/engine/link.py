@@ -87,6 +87,10 @@ class Link:
     def waiting(self, missing: dict[str, int]) -> None:
         """Called (under the mailbox lock) each time a step wakes up with messages missing."""
 
+    def repair_counts(self) -> dict[str, int]:
+        """Running counts of lost-data repairs (nothing to repair on TCP)."""
+        return {}
+
     def fail(self, error: Exception) -> None:
         with self._cond:
             if self._error is None:

@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import fcntl
 import hashlib
 import queue
 import socket
 import struct
+import termios
 import threading
 import time
 
@@ -43,11 +45,24 @@ from dcoded.errors import PeerLost, PeerTimeout
 NACK = "dcoded_nack"
 #: UDP payload per datagram: an Ethernet frame of 1500 bytes less the IP and UDP headers.
 DATAGRAM = 1472
-_HEAD = struct.Struct("!4sIIHB")  # run tag, index, count, key length, dtype code
+#: run tag, sequence number, index, count, key length, sender rank, dtype code | flags
+_HEAD = struct.Struct("!4sIIIHBB")
+_SEQ = struct.Struct("!I")  # the sequence number, at offset 4: stamped as a datagram leaves
 _DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<u4")}
 _CODES = {v: k for k, v in _DTYPES.items()}
+#: Set in the dtype byte of a datagram sent again (so a receiver tells a repair from a late
+#: original, and counts why it asked).
+REPAIR = 0x80
+#: Set in the dtype byte of a datagram without data that a sender puts behind everything it
+#: has sent so far: its arrival tells the receiver that whatever it still lacks was lost.
+MARKER = 0x40
+#: Why a receiver got a datagram again: the test dropped the first copy on purpose
+#: (``injected``), the first copy never came (``lost``), or it came after all (``late``).
+CAUSES = ("injected", "lost", "late")
 #: How long a receiver lets a message rest before it asks for the rest again (twice as long
-#: after the first ask, three times after the second...: a repair takes time to come).
+#: after the first ask, three times after the second, then four times: a repair takes time to
+#: come), and how long after a message left its sender a re-send may be asked for, by default
+#: (``transport.repair_after_ms``: on the emulated network, its queues' depth).
 REPAIR_AFTER_S = 0.05
 #: How far a sender late on its pace (a thread not scheduled in time) may catch up at once.
 CATCH_UP_S = 0.001
@@ -67,10 +82,20 @@ def udp_port(run_id: str) -> int:
 class MulticastLink(Link):
     """A :class:`~dcoded.engine.link.Link` whose messages travel as paced UDP datagrams."""
 
-    poll_s = REPAIR_AFTER_S
-
-    def __init__(self, run_id, rank, peers, worker, groups, pace_mbit, drop=0.0, seed=0):
+    def __init__(
+        self,
+        run_id,
+        rank,
+        peers,
+        worker,
+        groups,
+        pace_mbit,
+        drop=0.0,
+        seed=0,
+        repair_after_s=REPAIR_AFTER_S,
+    ):
         super().__init__(run_id, rank, peers, worker)
+        self.repair_after_s = self.poll_s = repair_after_s
         worker.handlers[NACK] = _on_nack
         self.ips = [_host(a) for a in peers]
         self.tag = hashlib.blake2b(run_id.encode(), digest_size=4).digest()
@@ -79,11 +104,19 @@ class MulticastLink(Link):
         self.rng = np.random.default_rng([seed, rank]) if drop else None
         self.drop = drop
         self.repaired = 0  # datagrams sent again at a receiver's request
-        self._kept: dict[str, tuple[list[bytes], int]] = {}  # key -> datagrams, step
+        self.asks = 0  # negative acknowledgements this rank sent
+        self.asks_early = 0  # asks it got for data not yet sent or still on its way
+        # datagrams this rank received again, by why it had asked (see CAUSES)
+        self.again = dict.fromkeys(CAUSES, 0)
+        self._asked: dict[str, dict] = {}  # key asked about -> {"seen", "first"} indices
+        self._dropped: set[tuple[str, int]] = set()  # test_drop's victims
+        self._kept: dict[str, tuple[list[bytearray], int]] = {}  # key -> datagrams, step
         self._partial: dict[str, dict] = {}  # key -> {"parts", "count", "seen", "asked"}
         self._outbox: queue.Queue = queue.Queue()
         self._done: collections.deque = collections.deque(maxlen=4096)  # keys filed
-        self._transmitted: set[str] = set()  # keys whose every datagram has left
+        self._transmitted: dict[str, int] = {}  # key -> the sequence number of its last datagram
+        self._seq = 0  # the sequence number of the next datagram this rank puts on the network
+        self._heard: dict[int, int] = {}  # sender -> the highest sequence number had from it
         self._rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:  # root may go past net.core.rmem_max
@@ -114,7 +147,7 @@ class MulticastLink(Link):
             by_key.setdefault(key, (kind, data, []))[2].append(dest)
         for key, (kind, data, dests) in by_key.items():
             self.sent[kind] += data.nbytes  # once: what the medium carries
-            datagrams = _fragments(self.tag, key, data)
+            datagrams = _fragments(self.tag, self.rank, key, data)
             self._kept[key] = (datagrams, _step_of(key))
             where = self.ips[dests[0]] if len(dests) == 1 else group_address(self.run_id, dests)
             self._outbox.put((key, where, datagrams, self._pace(kind)))
@@ -145,6 +178,8 @@ class MulticastLink(Link):
                 continue
             try:
                 for datagram in datagrams:
+                    _SEQ.pack_into(datagram, 4, self._seq)  # the wire's order, 2^32 a run
+                    self._seq = (self._seq + 1) & 0xFFFFFFFF
                     now = time.monotonic()
                     due = max(due, now - CATCH_UP_S)
                     if due - now > 0.001:
@@ -156,19 +191,34 @@ class MulticastLink(Link):
                             raise
                         # a full queue dropped it: a receiver will ask again
                     due += len(datagram) / pace
-                self._transmitted.add(key)
+                self._transmitted[key] = self._seq - 1
             except OSError as e:
                 self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
                 self._outbox.task_done()
 
-    def repair(self, key: str, missing: np.ndarray, requester: int) -> None:
-        """A receiver lacks these datagrams of ``key`` (all if ``missing`` is empty)."""
-        kept = self._kept.get(key)
-        if kept is None or key not in self._transmitted:  # still on its way, or long gone
+    def repair(self, key: str, missing: np.ndarray, requester: int, heard: int) -> None:
+        """A receiver lacks these datagrams of ``key`` (all if ``missing`` is empty), having
+        had from this rank every datagram up to sequence number ``heard`` that came.
+
+        The way from one host to another keeps the order (one queue after another), so what
+        the receiver lacks was lost only if it has had a datagram sent after the message's
+        last: then the lacking ones go again. If not, they may still be on their way: a
+        marker goes behind them instead, and its arrival tells the receiver to ask again."""
+        kept, last = self._kept.get(key), self._transmitted.get(key)
+        if kept is None or last is None or heard < 0 or _before(heard, last):
+            # not sent yet, still queued here, maybe still on its way (or long forgotten)
+            self.asks_early += 1
+            if last is not None:
+                marker = _HEAD.pack(self.tag, 0, 0, 0, len(key), self.rank, MARKER)
+                self._outbox.put(
+                    (key, self.ips[requester], [bytearray(marker + key.encode())], 1e9)
+                )
             return
         datagrams = kept[0]
-        again = [datagrams[i] for i in missing] if len(missing) else datagrams
+        again = [
+            _as_repair(datagrams[i]) for i in (missing if len(missing) else range(len(datagrams)))
+        ]
         self.repaired += len(again)
         self._outbox.put((key, self.ips[requester], again, self._pace("shuffle")))
 
@@ -176,7 +226,11 @@ class MulticastLink(Link):
         newest = max((step for _, step in self._kept.values()), default=0)
         for key in [k for k, (_, step) in self._kept.items() if step < newest - 1]:
             del self._kept[key]
-            self._transmitted.discard(key)
+            self._transmitted.pop(key, None)
+        with self._cond:  # what a receiver remembers of its asks, for as long
+            for key in [k for k in self._asked if _step_of(k) < newest - 1]:
+                del self._asked[key]
+            self._dropped = {(k, i) for k, i in self._dropped if _step_of(k) >= newest - 1}
 
     # ------------------------------------------------------------------ receiving
     def _receive(self) -> None:
@@ -188,14 +242,27 @@ class MulticastLink(Link):
                 continue
             except OSError:
                 return
-            if self.rng is not None and self.rng.random() < self.drop:
-                continue  # the test's seeded loss
-            tag, index, count, n_key, code = _HEAD.unpack_from(datagram)
+            dropped = self.rng is not None and self.rng.random() < self.drop  # seeded loss
+            tag, seq, index, count, n_key, sender, code = _HEAD.unpack_from(datagram)
             if tag != self.tag:
                 continue
             start = _HEAD.size + n_key
             key = datagram[_HEAD.size : start].decode()
             with self._cond:
+                if dropped:
+                    self._dropped.add((key, index))
+                    continue
+                if sender not in self._heard or _before(self._heard[sender], seq):
+                    self._heard[sender] = seq
+                if code & MARKER:  # everything sent before it has come, or never will
+                    entry = self._partial.get(key)
+                    if entry is not None:
+                        entry["marked"] = True
+                        self._cond.notify_all()  # the step asks again at once
+                    continue
+                if key in self._asked:
+                    self._count_again(key, index, code & REPAIR)
+                code &= ~REPAIR
                 entry = self._partial.get(key)
                 if entry is None:
                     if key in self._box or key in self._done:
@@ -211,8 +278,43 @@ class MulticastLink(Link):
                 payload = b"".join(entry["parts"][i] for i in range(count))
             self.deliver(key, np.frombuffer(payload, dtype=_DTYPES[code]))
 
+    def repair_counts(self) -> dict[str, int]:
+        """What this rank's repairs have cost so far: datagrams it sent again, asks it sent,
+        asks it got too early, and the datagrams it received again by cause."""
+        with self._cond:
+            return {
+                "sent_again": self.repaired,
+                "asks": self.asks,
+                "asks_early": self.asks_early,
+                **self.again,
+            }
+
+    def _count_again(self, key: str, index: int, repair: int) -> None:
+        """File why a datagram of a message this rank asked about came again (under the lock):
+        a repair of an index already here, or whose original then comes, was only ``late``; one
+        the test dropped, ``injected``; one whose original never came, ``lost``."""
+        asked = self._asked[key]
+        if not repair:
+            if index in asked["first"]:  # the repair came first: the original was late
+                asked["first"].discard(index)
+                self.again["lost"] -= 1
+                self.again["late"] += 1
+        elif index in asked["seen"]:
+            self.again["late"] += 1
+        elif (key, index) in self._dropped:
+            self.again["injected"] += 1
+        else:
+            self.again["lost"] += 1
+            asked["first"].add(index)
+        asked["seen"].add(index)
+
     def waiting(self, missing: dict[str, int]) -> None:
-        """Ask each sender again for what has rested too long (called under the lock)."""
+        """Ask each sender again for what has rested too long (called under the lock): for
+        a message of which nothing came, from when the step began to wait; else from its
+        last datagram; each ask of a message waits longer (up to 4x) than the one before.
+        Not while datagrams wait unread here: the receiving thread is only behind."""
+        if self._unread():
+            return
         now = time.monotonic()
         for key, sender in missing.items():
             entry = self._partial.get(key)
@@ -221,19 +323,28 @@ class MulticastLink(Link):
                 entry["seen"] = now
                 continue
             tries = entry.get("tries", 0)
-            if now - max(entry["seen"], entry["asked"]) < REPAIR_AFTER_S * (1 + tries):
+            rested = now - max(entry["seen"], entry["asked"])
+            if not entry.pop("marked", False) and rested < self.repair_after_s * min(1 + tries, 4):
                 continue
-            entry["asked"], entry["tries"] = now, tries + (entry["count"] is not None)
+            entry["asked"], entry["tries"] = now, tries + 1
             have = entry["parts"]
-            lacking = (
-                np.array([i for i in range(entry["count"]) if i not in have], np.int32)
-                if entry["count"]
-                else np.zeros(0, np.int32)
-            )
+            asked = self._asked.setdefault(key, {"seen": set(), "first": set()})
+            asked["seen"].update(have)
+            self.asks += 1
+            lacking = [i for i in range(entry["count"]) if i not in have] if entry["count"] else []
+            ask = np.array([self._heard.get(sender, -1), *lacking], np.int64)
             future = asyncio.run_coroutine_threadsafe(
-                self._send(sender, key, "nack", lacking, op=NACK), self.loop
+                self._send(sender, key, "nack", ask, op=NACK), self.loop
             )
             future.add_done_callback(self._sent)
+
+    def _unread(self) -> int:
+        """Bytes of the next datagram waiting unread in this rank's socket (0: none)."""
+        try:
+            raw = fcntl.ioctl(self._rx.fileno(), termios.FIONREAD, b"\0" * 4)
+        except OSError:
+            return 0
+        return struct.unpack("i", raw)[0]
 
     def close(self, reason: str) -> None:
         self._open = False
@@ -246,13 +357,17 @@ class MulticastLink(Link):
 
 
 def _on_nack(run=None, rank=None, src=None, key=None, data=None) -> None:
-    """The worker handler ``dcoded_nack``: ``src`` lacks datagrams of ``key`` from ``rank``."""
+    """The worker handler ``dcoded_nack``: ``src`` lacks datagrams of ``key`` from ``rank``;
+    ``data``: the highest sequence number ``src`` has had from ``rank`` (-1: none), then the
+    indices it lacks (none: all)."""
     found = _LINKS.get((run, rank))
     if isinstance(found, MulticastLink):
-        found.repair(key, np.asarray(data), src)
+        ask = np.asarray(data)
+        found.repair(key, ask[1:], src, int(ask[0]))
 
 
-def _fragments(tag: bytes, key: str, data: np.ndarray) -> list[bytes]:
+def _fragments(tag: bytes, sender: int, key: str, data: np.ndarray) -> list[bytearray]:
+    """The datagrams of one message (the sequence numbers are stamped as they leave)."""
     raw = np.ascontiguousarray(data)
     code = _CODES[np.dtype(raw.dtype)]
     body = raw.view(np.uint8).tobytes()
@@ -260,9 +375,22 @@ def _fragments(tag: bytes, key: str, data: np.ndarray) -> list[bytes]:
     room = DATAGRAM - _HEAD.size - len(k)
     count = max(1, -(-len(body) // room))
     return [
-        _HEAD.pack(tag, i, count, len(k), code) + k + body[i * room : (i + 1) * room]
+        bytearray(
+            _HEAD.pack(tag, 0, i, count, len(k), sender, code) + k + body[i * room : (i + 1) * room]
+        )
         for i in range(count)
     ]
+
+
+def _before(a: int, b: int) -> bool:
+    """Sequence number ``a`` was sent before ``b`` (counting modulo 2^32)."""
+    return 0 < (b - a) & 0xFFFFFFFF < 1 << 31
+
+
+def _as_repair(datagram: bytearray) -> bytearray:
+    again = bytearray(datagram)
+    again[_HEAD.size - 1] |= REPAIR  # the dtype byte
+    return again
 
 
 def _step_of(key: str) -> int:

@@ -65,11 +65,13 @@ class TrainingLog:
         self._starts: dict[int, float] = {}  # step -> when its first task record started
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
         self.wire: list[int] | None = None  # bytes each worker interface sent (netem)
+        self.kernel_losses: dict | None = None  # netem: the kernel's loss counters' rise
         self._nonfinite: tuple[int, float] | None = None
         self._digests: dict[tuple, tuple[int, str]] = {}  # (step, cluster, T) -> first seen
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
         self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
-        self.repaired = 0  # multicast: datagrams sent again at a receiver's request
+        # multicast: datagrams sent again, asks, and datagrams received again by cause
+        self.repairs: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------------ inputs
     def driver_step(self, step: int, **fields) -> None:
@@ -173,7 +175,8 @@ class TrainingLog:
                 self.add_bytes(step, field, rec[field])
         if "loss" in rec:
             self.add_loss(step, rec["loss"])
-        self.repaired += rec.get("repaired", 0)
+        for name, n in rec.get("repairs", {}).items():
+            self.repairs[name] += n
         for kind, nbytes in rec.get("sent", {}).items():  # over the direct transport
             self.add_bytes(step, "direct", nbytes)
             self.direct_by_kind[kind] += nbytes

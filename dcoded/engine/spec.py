@@ -46,6 +46,7 @@ class RunSpec:
     overlap: bool = True
     pace_mbit: Mapping | None = None  # multicast: each sender's pace by phase (shuffle, seg)
     test_drop: float = 0.0  # multicast: a seeded fraction of datagrams dropped (tests only)
+    repair_after_s: float = 0.05  # multicast: how long a datagram may take on the way
     extra: Mapping = field(default_factory=dict)
 
     @property
