@@ -38,14 +38,28 @@ from pathlib import Path
 
 from dcoded.errors import NetemRunFailed, NetemUnavailable
 
-#: Every namespace a run makes starts with this, so a stale set is easy to find.
+#: Every namespace a run makes starts with this, so a stale set is easy to find; the
+#: environment variable ``DCODED_NETEM_PREFIX`` sets another, so that runs (a test suite)
+#: beside others on one machine find and remove only their own.
 PREFIX = "dcn"
+
+
+def prefix() -> str:
+    """The namespace prefix of this process's runs (``DCODED_NETEM_PREFIX``, or ``dcn``)."""
+    name = os.environ.get("DCODED_NETEM_PREFIX") or PREFIX
+    if not (name.isascii() and name.isalnum() and len(name) <= 12):
+        raise NetemUnavailable(
+            f"DCODED_NETEM_PREFIX={name!r} is not allowed: letters and digits, at most 12"
+        )
+    return name
 TOPOLOGIES = ("switch", "bus", "racks")
 #: How long a frame may wait in a shaped link's queue (tbf ``latency``), by default: a switch
 #: port's buffer, not the 100 ms of bufferbloat that made control messages wait behind data.
 QUEUE_MS = 20.0
 SUBNET = "10.213.47"  # a /24 that exists only inside the run's namespaces
 SCHEDULER_PORT = 8786
+#: How long an interrupted run's driver may take to write what it measured and exit.
+STOP_WAIT_S = 60.0
 
 
 @dataclass
@@ -208,7 +222,7 @@ def build(n_workers: int, links: Links) -> Network:
     """Make the namespaces, the bridges and the shaped links (no processes yet)."""
     check_available()
     run = uuid.uuid4().hex[:6]
-    net = Network(run=run, hub=f"{PREFIX}-{run}-hub", links=links)
+    net = Network(run=run, hub=f"{prefix()}-{run}-hub", links=links)
     names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
     hub = net.hub
     try:
@@ -226,7 +240,7 @@ def build(n_workers: int, links: Links) -> Network:
             _ip("link", "add", "ifb0", "type", "ifb", ns=hub)
             _ip("link", "set", "ifb0", "up", ns=hub)
         for i, name in enumerate(names):
-            ns = f"{PREFIX}-{run}-{name}"
+            ns = f"{prefix()}-{run}-{name}"
             host = Host(name, ns, f"{SUBNET}.{i + 1}", "eth0", links.host_rate(name))
             _ip("netns", "add", host.ns)
             net.hosts[name] = host  # from here on, destroy() removes it
@@ -427,12 +441,14 @@ def _delete_namespace(ns: str) -> None:
 
 
 def stale_namespaces() -> list[str]:
+    """The namespaces of this prefix's runs (:func:`prefix`) that exist now."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{PREFIX}-")]
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{prefix()}-")]
 
 
 def cleanup() -> list[str]:
-    """Remove every namespace (and the processes in it) that a netem run left behind."""
+    """Remove every namespace (and the processes in it) that a netem run of this prefix
+    (:func:`prefix`) left behind."""
     gone = stale_namespaces()
     for ns in gone:
         _delete_namespace(ns)
@@ -553,8 +569,18 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         code = proc.wait()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+            os.killpg(proc.pid, signal.SIGTERM)  # it writes what it measured, then exits
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            print(
+                f"the driver had not stopped {STOP_WAIT_S:g}s after the interrupt: killed it "
+                f"(what it wrote is in {out_dir})",
+                file=sys.stderr,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         raise
     if code:
         raise NetemRunFailed(code)

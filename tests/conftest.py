@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dcoded.config import compose_config
 from dcoded.run import run
+
+# This suite's emulated networks get namespaces of their own prefix (inherited by every
+# process it starts), so a second suite or a user's run beside it is neither seen nor removed.
+os.environ["DCODED_NETEM_PREFIX"] = f"dct{os.getpid()}"
 
 #: Small and fast: in-process Dask workers, a tiny MLP, a few steps.
 TINY = [

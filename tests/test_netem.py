@@ -37,9 +37,13 @@ def netem_config(*overrides):
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
+    """Each test leaves no namespace of this suite behind; what one left is removed, so its
+    failure is its own and not every later test's."""
     yield
     if CAN_NETEM:
-        assert netem.stale_namespaces() == []
+        left = netem.stale_namespaces()
+        netem.cleanup()
+        assert left == []
 
 
 SERVER = """
@@ -128,18 +132,35 @@ def test_a_failing_run_leaves_nothing_behind(tmp_path):
 
 
 @needs_netem
-def test_cleanup_removes_a_stale_set():
-    net = netem.build(2, netem.Links(rate_mbit=50))
-    assert len(netem.stale_namespaces()) == 5  # hub, scheduler, 2 workers, driver
-    del net  # as if the run was killed
-    out = subprocess.run(
-        [sys.executable, "-m", "dcoded.netem", "cleanup"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and "removed 5" in out.stdout
+def test_cleanup_removes_a_stale_set_and_only_its_own(monkeypatch):
+    """A killed run's set goes; another prefix's (a second suite's, a user's run beside this
+    one) stays."""
+    own = os.environ["DCODED_NETEM_PREFIX"]
+    monkeypatch.setenv("DCODED_NETEM_PREFIX", f"dcx{os.getpid()}")
+    other = netem.build(1, netem.Links(rate_mbit=50))
+    monkeypatch.setenv("DCODED_NETEM_PREFIX", own)
+    try:
+        net = netem.build(2, netem.Links(rate_mbit=50))
+        assert len(netem.stale_namespaces()) == 5  # hub, scheduler, 2 workers, driver
+        del net  # as if the run was killed
+        out = subprocess.run(
+            [sys.executable, "-m", "dcoded.netem", "cleanup"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0 and "removed 5" in out.stdout
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert other.hub in listed  # not ours: left alone
+    finally:
+        netem.destroy(other)
+
+
+def test_a_bad_namespace_prefix_is_one_line(monkeypatch):
+    monkeypatch.setenv("DCODED_NETEM_PREFIX", "no-dash")
+    with pytest.raises(dcoded.errors.NetemUnavailable, match="DCODED_NETEM_PREFIX='no-dash'"):
+        netem.prefix()
 
 
 def test_without_root_it_fails_at_once_pointing_to_local(monkeypatch):
@@ -168,8 +189,12 @@ def interrupt_after_first_checkpoint(args: list[str], checkpoints) -> None:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    try:  # the driver gets 60 s to write what it measured, the network 10 s to go
+        _, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running 150 s after Ctrl-C: {proc.communicate()[1][-3000:]}")
+    assert proc.returncode != 0, err[-2000:]
     assert netem.stale_namespaces() == []
 
 
