@@ -23,7 +23,8 @@ from dcoded.run import run
 from dcoded.summary import format_results
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")  # dcoded/conf
+# conf/ at the top of the repository, installed as the package dcoded.conf
+@hydra.main(config_path="pkg://dcoded.conf", config_name="config", version_base="1.3")
 def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     out_dir = hydra_cfg.runtime.output_dir

@@ -39,7 +39,7 @@ from dcoded.coding import Placement, bounds, hybrid_plan
 from dcoded.coding.messages import step_messages
 from dcoded.results import PHASES, load_sweep
 
-#: The experiment files of the bench, in the order it runs them (``dcoded/conf/experiment/``).
+#: The experiment files of the bench, in the order it runs them (``conf/experiment/``).
 EXPERIMENTS = ("bench", "bench_cdc", "bench_cdc_ends")
 #: The bench's table in the sweep folder: ``bench.md``, ``bench.csv`` and ``bench.json``.
 TABLE_STEM = "bench"
@@ -350,7 +350,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dcoded.bench",
         description=__doc__.split("\n\n")[1],
-        epilog="A flag left out keeps the value of dcoded/conf/experiment/bench.yaml (shown in "
+        epilog="A flag left out keeps the value of conf/experiment/bench.yaml (shown in "
         "brackets).",
     )
     p.add_argument("--read", nargs="+", type=Path, metavar="SWEEP_DIR", help="only read these")

@@ -1,4 +1,4 @@
-"""Hydra callbacks of ``python -m dcoded`` (``hydra.callbacks`` in ``dcoded/conf/config.yaml``)."""
+"""Hydra callbacks of ``python -m dcoded`` (``hydra.callbacks`` in ``conf/config.yaml``)."""
 
 from __future__ import annotations
 

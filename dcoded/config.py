@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,10 +30,10 @@ from dcoded.errors import ConfigError, DatasetError
 from dcoded.models import MODELS
 from dcoded.optim import SegmentOptimizer, check_optimizer
 
-#: The Hydra configs ship inside the package (``dcoded/conf``, the module ``dcoded.conf``), so
-#: a plain ``pip install`` has them: ``python -m dcoded`` finds them from any folder.
+#: The Hydra configs: ``conf/`` at the top of the repository, installed as the package
+#: ``dcoded.conf`` (wheel, sdist and editable install alike), so ``python -m dcoded`` finds them
+#: from any folder.
 CONFIG_MODULE = "dcoded.conf"
-CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
 #: How the config spells the settings that ``dcoded.coding`` checks.
 CONFIG_NAMES = {

@@ -7,7 +7,7 @@ A Hydra multirun writes each job into a folder of the sweep directory: ``summary
 ``error.txt`` where the job failed. :func:`load_sweep` reads them all, :func:`sweep_table`
 makes one row per job (the overrides that vary, time per step, bytes, accuracy) and
 :func:`write_sweep_table` writes it as ``results.csv`` and ``results.md`` into the sweep
-folder, which every multirun does when it ends (``hydra.callbacks`` in ``dcoded/conf/config.yaml``).
+folder, which every multirun does when it ends (``hydra.callbacks`` in ``conf/config.yaml``).
 Notebooks, ``paper/`` and users read results through here. Nothing here imports torch or Dask.
 """
 

@@ -1,7 +1,7 @@
 """The paper's tables and figures, rebuilt from scripts in two stages.
 
 1. ``python -m paper.sweep``: run every experiment's Hydra multirun
-   (``dcoded/conf/experiment/paper_*``) into ``paper/results/<size>/<experiment>/``; a
+   (``conf/experiment/paper_*``) into ``paper/results/<size>/<experiment>/``; a
    finished sweep is skipped while its key (every job's composed config and the code,
    :mod:`paper.cache`) still matches, and run again when it does not.
 2. ``python -m paper.draw``: scripts that only read those results write the tables, the

@@ -9,12 +9,13 @@ code. The jobs are enumerated exactly as Hydra's basic sweeper does: the experim
 composes it.
 
 The **code identity** is a sha256 over the path and the bytes of every ``dcoded/**/*.py`` and
-``dcoded/conf/**/*.yaml`` file (the ones git tracks, plus new ones it does not ignore, when
-``dcoded/`` is in a git checkout; every such file on disk otherwise). It is a content hash
-whether or not the tree is clean, and not HEAD's commit: a commit that changes nothing under
-``dcoded/`` (the paper's scripts, docs, a README) leaves every sweep fresh, and the same code
-gives the same key in a checkout, a dirty tree or an unpacked archive. The commit is recorded
-beside it (:func:`commit`), for the report's provenance.
+``conf/**/*.yaml`` file (the ones git tracks, plus new ones it does not ignore, in a git
+checkout; every such file on disk otherwise), each named by its path in the installed package
+(``run.py``, ``conf/config.yaml``). It is a content hash whether or not the tree is clean, and
+not HEAD's commit: a commit that changes nothing under ``dcoded/`` or ``conf/`` (the paper's
+scripts, docs, a README) leaves every sweep fresh, and the same code gives the same key in a
+checkout, a dirty tree or an unpacked archive. The commit is recorded beside it
+(:func:`commit`), for the report's provenance.
 
 Stage 1 writes the key into ``complete.json``; stage 2 recomputes it and warns about a sweep
 whose key no longer matches. Neither imports the other: both import this module.
@@ -36,7 +37,8 @@ COMPLETE = "complete.json"
 #: What stage 1 writes instead when the experiment cannot run here (it needs cluster=netem).
 SKIPPED = "skipped.json"
 
-CODE = paths.ROOT / "dcoded"
+#: The folders whose files make the code identity: the package, and the configs it installs.
+CODE = ("dcoded", "conf")
 
 
 def _sha(obj) -> str:
@@ -59,32 +61,35 @@ def commit(root: Path = paths.ROOT) -> str | None:
     sha = (_git("rev-parse", "HEAD", cwd=root) or "").strip()
     if not sha:
         return None
-    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "dcoded", cwd=root)
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE, cwd=root)
     return sha + ("-dirty" if dirty and dirty.strip() else "")
 
 
-def _code_files(code: Path) -> list[Path]:
-    listed = _git("ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=code)
+def _code_files(root: Path) -> dict[str, Path]:
+    """The package's ``.py`` files and its configs, by their path in the installed package."""
+    package, conf = (root / name for name in CODE)
+    listed = _git("ls-files", "--cached", "--others", "--exclude-standard", "-z", *CODE, cwd=root)
     if listed is not None:
-        files = [code / p for p in listed.split("\0") if p]
+        files = [root / p for p in listed.split("\0") if p]
     else:
-        files = [p for p in code.rglob("*") if p.is_file()]
-    conf = code / "conf"
-    return sorted(
-        p
-        for p in files
-        if p.is_file()  # a tracked file deleted in the tree is gone from the code
-        and (p.suffix == ".py" or (p.suffix == ".yaml" and conf in p.parents))
-        and "__pycache__" not in p.parts
-    )
+        files = [p for p in (*package.rglob("*"), *conf.rglob("*")) if p.is_file()]
+    named = {}
+    for p in files:
+        if not p.is_file() or "__pycache__" in p.parts:  # a tracked file deleted in the tree
+            continue
+        if p.suffix == ".py" and package in p.parents:
+            named[p.relative_to(package).as_posix()] = p
+        elif p.suffix == ".yaml" and conf in p.parents:
+            named["conf/" + p.relative_to(conf).as_posix()] = p
+    return named
 
 
-def code_identity(code: Path = CODE) -> str:
+def code_identity(root: Path = paths.ROOT) -> str:
     """sha256 over the path and bytes of the package's ``.py`` files and its configs (see the
     module's docstring for why it is a content hash and not the commit)."""
     h = hashlib.sha256()
-    for p in _code_files(code):
-        h.update(p.relative_to(code).as_posix().encode() + b"\0")
+    for name, p in sorted(_code_files(root).items()):
+        h.update(name.encode() + b"\0")
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
 
@@ -115,7 +120,7 @@ def sweep_jobs(
 ) -> list[tuple[list[str], dict]]:
     """Every job of ``python -m dcoded -m experiment=<experiment> *overrides``: its overrides
     and its config (resolved, no ``hydra`` node), as Hydra's basic sweeper and launcher
-    compose them. ``config_dir``: another copy of ``dcoded/conf`` (tests)."""
+    compose them. ``config_dir``: another copy of ``conf/`` (tests)."""
     from hydra import initialize_config_dir, initialize_config_module
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
@@ -195,7 +200,9 @@ def stale_reason(record: dict, now: Plan | None) -> str | None:
         else:
             why.append("configs changed: the same jobs compose to other configs")
     if record.get("code") != now.code:
-        why.append(f"code changed: dcoded/ differs from what ran at commit {record.get('commit')}")
+        why.append(
+            f"code changed: dcoded/ or conf/ differs from what ran at commit {record.get('commit')}"
+        )
     return "; ".join(why) or "its key differs"
 
 

@@ -538,7 +538,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "rate says.",
         "- The paper's exact model sizes, cluster size and bandwidth are not in its abstract; "
         "the conditions above are ours and every one is an override away "
-        "(`dcoded/conf/experiment/paper_*.yaml`).",
+        "(`conf/experiment/paper_*.yaml`).",
         "- Times are for a fixed number of steps on the same samples, not to a target accuracy; "
         "Figure 4 shows that the synchronous algorithms reach the same accuracy per step.",
         "",

@@ -4,7 +4,7 @@
                           [--only EXPERIMENT ...] [--force | --reuse-stale | --check]
                           [-- OVERRIDE ...]
 
-Each experiment ``dcoded/conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
+Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
 experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. The cache is keyed on
 what determines the results (:mod:`paper.cache`): every job's composed config and the code. A
 finished sweep (``complete.json``) whose key matches is skipped unless ``--force``; one whose key

@@ -19,12 +19,13 @@ from omegaconf import OmegaConf
 
 from dcoded.coding import load_table
 from dcoded.coding.loads import exchange_table
-from dcoded.config import CONFIG_DIR, build_spec, compose_config
+from dcoded.config import build_spec, compose_config
 from paper import cache, paths, report, results, sweep, table_time
 from paper.sweep import split_overrides
 from paper.table_time import reduction
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = ROOT / "conf"  # the configs people edit (installed as dcoded.conf)
 
 
 def sweep_jobs(experiment: str, size: str) -> list[list[str]]:
@@ -370,7 +371,7 @@ def test_the_key_is_stable_and_follows_overrides_and_code():
     code = cache.plan("paper_phases", LOCAL, code="c2")
     assert (code.configs, code.jobs) == (a.configs, a.jobs) and code.key != a.key
     assert cache.stale_reason({**a.record(), "commit": "abc"}, code) == (
-        "code changed: dcoded/ differs from what ran at commit abc"
+        "code changed: dcoded/ or conf/ differs from what ran at commit abc"
     )
     assert cache.stale_reason(a.record(), a) is None
 
@@ -405,22 +406,26 @@ def test_the_key_follows_the_experiment_files(tmp_path):
 
 
 def test_the_code_identity_is_the_content_of_the_package(tmp_path):
-    code = tmp_path / "dcoded"
-    shutil.copytree(
-        cache.CODE, code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    )
+    for name in cache.CODE:
+        shutil.copytree(
+            ROOT / name,
+            tmp_path / name,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
     # out of git (tmp_path is no checkout), the same files give the same identity
-    assert cache.code_identity(code) == cache.code_identity()
-    before = cache.code_identity(code)
-    (code / "notes.txt").write_text("not code")
-    (code / "__pycache__").mkdir(exist_ok=True)
-    (code / "__pycache__" / "x.py").write_text("# a cache")
-    assert cache.code_identity(code) == before
-    (code / "conf" / "experiment" / "paper_time.yaml").write_text("# changed\n")
-    changed = cache.code_identity(code)
+    assert cache.code_identity(tmp_path) == cache.code_identity()
+    before = cache.code_identity(tmp_path)
+    (tmp_path / "dcoded" / "notes.txt").write_text("not code")
+    (tmp_path / "dcoded" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "dcoded" / "__pycache__" / "x.py").write_text("# a cache")
+    (tmp_path / "README.md").write_text("not the package")
+    assert cache.code_identity(tmp_path) == before
+    (tmp_path / "conf" / "experiment" / "paper_time.yaml").write_text("# changed\n")
+    changed = cache.code_identity(tmp_path)
     assert changed != before
-    (code / "run.py").write_text((code / "run.py").read_text() + "\n# one more line\n")
-    assert cache.code_identity(code) not in (before, changed)
+    run_py = tmp_path / "dcoded" / "run.py"
+    run_py.write_text(run_py.read_text() + "\n# one more line\n")
+    assert cache.code_identity(tmp_path) not in (before, changed)
 
 
 def _finished(where: Path, plan: cache.Plan, **record) -> None:
@@ -502,7 +507,7 @@ def test_stage_1_reruns_a_stale_sweep_and_keeps_a_fresh_one(tmp_path, monkeypatc
     assert len(calls) == 1 and not list(tmp_path.glob("small/*.stale-*"))
     monkeypatch.setattr(sweep.cache, "code_identity", lambda code=None: "other code")
     assert check() == (
-        f"paper_phases: stale (code changed: dcoded/ differs from what ran at commit "
+        f"paper_phases: stale (code changed: dcoded/ or conf/ differs from what ran at commit "
         f"{record['commit']})"
     )
     assert stage1("--reuse-stale")[0].startswith("warning: paper_phases: stale (code changed")

@@ -9,8 +9,11 @@ import importlib
 import inspect
 import os
 import pkgutil
+import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,7 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "conf" not in p.parts}
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -198,3 +201,59 @@ def test_a_plain_install_runs_from_any_folder(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "test accuracy" in out.stdout
     assert list(work.glob("outputs/*/*/summary.json")), "the run wrote its outputs here"
+
+
+def _tracked(root: Path, folder: str) -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", folder],
+        cwd=root, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return sorted(p for p in listed if "__pycache__" not in p)
+
+
+def test_the_configs_are_the_top_level_conf_folder_in_every_install(tmp_path):
+    """``conf/`` is the one copy of the configs: the editable install (this one) imports it as
+    ``dcoded.conf``, and a wheel and an sdist built from the tracked tree carry every file of
+    it (the wheel at ``dcoded/conf/``)."""
+    import dcoded.conf
+
+    assert Path(dcoded.conf.__file__).resolve().parent == ROOT / "conf"
+    assert not (PACKAGE / "conf").exists()
+    conf = _tracked(ROOT, "conf")
+    assert "conf/config.yaml" in conf and len(conf) > 30
+    tree = tmp_path / "tree"
+    for rel in _tracked(ROOT, "."):
+        if (ROOT / rel).is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, tree / rel)
+    out = tmp_path / "dist"
+    built = subprocess.run(
+        [
+            sys.executable, "-c",
+            "import sys; from setuptools import build_meta as b; "
+            "d = sys.argv[1]; s = b.build_sdist(d); w = b.build_wheel(d); print(s, w)",
+            str(out),
+        ],
+        cwd=tree, capture_output=True, text=True, check=True,
+    ).stdout.split()[-2:]  # fmt: skip
+    sdist, wheel = (out / name for name in built)
+    with zipfile.ZipFile(wheel) as z:
+        in_wheel = set(z.namelist())
+    with tarfile.open(sdist) as t:
+        top = t.getnames()[0].split("/")[0]
+        in_sdist = {n.removeprefix(top + "/") for n in t.getnames()}
+    for rel in conf:
+        assert "dcoded/" + rel in in_wheel, rel
+        assert rel in in_sdist, rel
+
+
+def test_the_listed_packages_are_every_package_of_the_tree():
+    """pyproject lists the packages (find cannot see dcoded.conf outside dcoded/): a new
+    subpackage left out of the list would be missing from every wheel."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")} | {
+        "dcoded.conf"
+    }
+    assert set(setuptools["packages"]) == found
+    assert setuptools["package-dir"] == {"dcoded.conf": "conf"}
