@@ -350,8 +350,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dcoded.bench",
         description=__doc__.split("\n\n")[1],
-        epilog="A flag left out keeps the value of conf/experiment/bench.yaml (shown in "
-        "brackets).",
+        epilog="A flag left out keeps the value of conf/experiment/bench.yaml (shown in brackets).",
     )
     p.add_argument("--read", nargs="+", type=Path, metavar="SWEEP_DIR", help="only read these")
     p.add_argument("--cluster", choices=["netem", "local"], help="[netem]")

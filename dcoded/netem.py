@@ -52,6 +52,8 @@ def prefix() -> str:
             f"DCODED_NETEM_PREFIX={name!r} is not allowed: letters and digits, at most 12"
         )
     return name
+
+
 TOPOLOGIES = ("switch", "bus", "racks")
 #: How long a frame may wait in a shaped link's queue (tbf ``latency``), by default: a switch
 #: port's buffer, not the 100 ms of bufferbloat that made control messages wait behind data.

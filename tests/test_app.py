@@ -106,6 +106,7 @@ def test_multirun_sweeps_redundancy(tmp_path):
     assert {json.loads(p.read_text())["redundancy"] for p in summaries} == {1, 2}
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_default_experiment_on_worker_processes(tmp_path):
     """What `make run` runs: 4 worker processes, r=2, digits; it must reach 0.90, and equal

@@ -203,6 +203,7 @@ def _worker_processes(driver_pid: int) -> list[psutil.Process]:
     ]
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["direct", "dask"])
 def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path, transport):
@@ -245,17 +246,28 @@ def test_killed_worker_stops_cdc_cleanly_and_the_run_resumes_without_it(tmp_path
     assert summary["start_step"] == step and summary["n_workers"] == 3
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_killed_worker_asgd_goes_on_with_the_rest(tmp_path):
+    """A run far longer than the test: a worker killed after the first checkpoint, the run
+    goes on (checkpoints 30 steps later), then Ctrl-C; nothing races the end of training."""
     run_dir = tmp_path / "run"
-    proc = _start(["algorithm=asgd", "train.steps=150", "train.checkpoint_every=5"], run_dir)
-    _wait_for(run_dir / "checkpoint.npz", proc)
+    ckpt = run_dir / "checkpoint.npz"
+    proc = _start(["algorithm=asgd", "train.steps=100000", "train.checkpoint_every=5"], run_dir)
+    _wait_for(ckpt, proc)
     _worker_processes(proc.pid)[1].send_signal(signal.SIGKILL)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
+    killed_at = checkpoint.load(ckpt).step
+    deadline = time.monotonic() + 180
+    while checkpoint.load(ckpt).step < killed_at + 30:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the run did not go on without the worker"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=150)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert any("lost worker" in e for e in summary["events"])
-    assert summary["final"]["test_accuracy"] > 0.8
+    assert summary["status"] == "interrupted", err[-3000:]
+    assert any("lost worker" in e for e in summary["events"]), summary["events"]
+    assert summary["steps_done"] >= killed_at + 30
 
 
 def _hand_started_cluster(n_workers: int):
@@ -286,6 +298,7 @@ def _hand_started_cluster(n_workers: int):
     return address, scheduler, workers
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_lost_scheduler_stops_the_run(tmp_path):
     address, scheduler, workers = _hand_started_cluster(3)
@@ -308,7 +321,9 @@ def test_lost_scheduler_stops_the_run(tmp_path):
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 2, err[-3000:]
         print(f"stopped {time.monotonic() - t:.1f} s after the scheduler was killed")
-        assert time.monotonic() - t < 30
+        # the message says it was the scheduler, not the 300 s step timeout; the bound leaves
+        # room for a loaded machine (a 10 s close and a 10 s identity call are in it)
+        assert time.monotonic() - t < 90
         last = err.strip().splitlines()[-1]
         assert last.startswith("error: ") and "scheduler" in last
         assert "train.resume=" in last

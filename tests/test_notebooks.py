@@ -24,6 +24,7 @@ def test_there_are_notebooks_and_they_are_stored_without_outputs():
                 assert not cell.outputs and cell.execution_count is None, path.name
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, monkeypatch):

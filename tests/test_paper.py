@@ -259,6 +259,7 @@ def _csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     results, out = tmp_path / "results", tmp_path / "out"

@@ -75,6 +75,7 @@ def test_a_folder_that_is_not_there_is_said_so(tmp_path):
         load_sweep(tmp_path / "nowhere")
 
 
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
     """`-m coding.redundancy=5,1` stopped at job 0; job 1 never ran."""
     result = subprocess.run(

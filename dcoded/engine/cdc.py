@@ -330,7 +330,7 @@ def train_cdc(ctx: Context) -> np.ndarray:
 
     per_epoch = ctx.steps_per_epoch
     clock = Clock()
-    ahead, done_at = None, clock.now()
+    ahead, done_at = None, 0.0  # the first step starts with the clock
     for step in range(ctx.start_step, spec.steps):
         # a step submitted ahead has been running since the previous one ended; the clock
         # stood still during bookkeeping, so what the driver did since counts here

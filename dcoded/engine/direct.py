@@ -274,7 +274,7 @@ def train_direct(ctx: Context) -> np.ndarray:
 
     per_epoch = ctx.steps_per_epoch
     clock = Clock()
-    ahead, done_at, step = None, clock.now(), ctx.start_step
+    ahead, done_at, step = None, 0.0, ctx.start_step  # from the clock's start
     while step < spec.steps:
         stop = chunk_end(ctx, step)
         # the clock stood still during bookkeeping: what the driver did since counts here
