@@ -255,8 +255,8 @@ def _repair_after_ms(cluster: Mapping, transport: Mapping) -> float:
     """How long a datagram may still be on its way after it left its sender:
     ``transport.repair_after_ms``, or on the emulated network every queue of its longest path
     full, plus 5 ms for the processes to be scheduled. A receiver asks again only after
-    hearing nothing of a message for that long, and a sender re-sends only what left it at
-    least that long ago: sooner, the ask would be for data that is only late."""
+    hearing nothing of a message for that long: sooner, the ask is likely for data still on
+    its way (which costs an ask and a marker, not a re-send)."""
     after = transport.get("repair_after_ms")
     if after is not None:
         if not isinstance(after, int | float) or isinstance(after, bool) or not after > 0:

@@ -10,10 +10,15 @@ coded packet, an updated segment), to the receiver's own address when it has one
 receiver sets it belongs to.
 
 Nothing is lost: every datagram carries the message's key, its index and the count, so a
-receiver knows exactly what it lacks; a step that waits asks the sender again (a negative
-acknowledgement over the Dask comm), and the sender, which keeps what it sent for two steps,
-sends the missing datagrams again to that receiver alone. ``transport.test_drop`` drops a
-seeded fraction of the datagrams where they are received, to test exactly that.
+receiver knows exactly what it lacks, and its sender's sequence number. A step that waits asks
+the sender again (a negative acknowledgement over the Dask comm, with the highest sequence
+number it has had from that sender), but never while datagrams still wait unread in its own
+socket. The way between two hosts keeps the order, so the sender, which keeps what it sent for
+two steps, re-sends the missing datagrams to that receiver alone only once the receiver has
+had a datagram sent after them: anything else is data still on its way, and gets a small
+marker behind it instead, whose arrival makes the receiver ask again at once. Asks and
+re-sends are counted by cause (:data:`CAUSES`). ``transport.test_drop`` drops a seeded
+fraction of the datagrams where they are received, to test exactly that.
 
 Senders are paced (a sender thread per worker, the datagrams spread evenly in time) at
 ``transport.pace_mbit``, by default, per phase, the bottleneck's share for a sender when all
@@ -61,8 +66,7 @@ MARKER = 0x40
 CAUSES = ("injected", "lost", "late")
 #: How long a receiver lets a message rest before it asks for the rest again (twice as long
 #: after the first ask, three times after the second, then four times: a repair takes time to
-#: come), and how long after a message left its sender a re-send may be asked for, by default
-#: (``transport.repair_after_ms``: on the emulated network, its queues' depth).
+#: come), by default (``transport.repair_after_ms``; on the emulated network its queues' depth).
 REPAIR_AFTER_S = 0.05
 #: How far a sender late on its pace (a thread not scheduled in time) may catch up at once.
 CATCH_UP_S = 0.001
@@ -191,7 +195,7 @@ class MulticastLink(Link):
                             raise
                         # a full queue dropped it: a receiver will ask again
                     due += len(datagram) / pace
-                self._transmitted[key] = self._seq - 1
+                self._transmitted[key] = (self._seq - 1) & 0xFFFFFFFF
             except OSError as e:
                 self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
