@@ -568,12 +568,12 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         [sys.executable, "-m", "dcoded.run", str(spec_file), str(out_dir)],
     )
     try:
-        code = proc.wait()
+        code = wait_interruptibly(proc)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)  # it writes what it measured, then exits
         try:
-            proc.wait(timeout=STOP_WAIT_S)
+            wait_interruptibly(proc, STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             print(
                 f"the driver had not stopped {STOP_WAIT_S:g}s after the interrupt: killed it "
@@ -645,6 +645,21 @@ def loss_delta(before: Mapping, after: Mapping) -> dict:
             rose["qdisc_dropped"] = {dev: n for dev, n in qd.items() if n}
         out[name] = rose
     return out
+
+
+def wait_interruptibly(proc: subprocess.Popen, timeout: float | None = None) -> int:
+    """``proc.wait(timeout)`` that Ctrl-C always ends. A main thread blocked in ``waitpid``
+    is woken only by a signal the kernel hands to that thread, and it may hand a process's
+    signal to any of its threads (torch's among them): the Ctrl-C was then held until the child
+    ended, which for a long run was never. This waits in short slices, so the handler runs."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+        try:
+            return proc.wait(timeout=max(left, 0.0))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
 
 
 def wire_probe(hosts: list[Mapping]):
