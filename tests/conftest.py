@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -12,6 +13,14 @@ from dcoded.run import run
 # This suite's emulated networks get namespaces of their own prefix (inherited by every
 # process it starts), so a second suite or a user's run beside it is neither seen nor removed.
 os.environ["DCODED_NETEM_PREFIX"] = f"dct{os.getpid()}"
+
+
+def ctrl_c_able() -> None:
+    """``preexec_fn`` for a child the test will Ctrl-C: SIGINT to its default, whatever this
+    suite inherited (a suite started as a background job or under ``nohup ... &`` ignores
+    SIGINT, its children too, and Python then leaves it ignored: the Ctrl-C would never land)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 #: Small and fast: in-process Dask workers, a tiny MLP, a few steps.
 TINY = [

@@ -25,7 +25,7 @@ from dcoded.engine.record import TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.errors import ClusterError, Divergence, WorkerLost
 from dcoded.optim import SegmentOptimizer
-from tests.conftest import TINY, tiny_config
+from tests.conftest import TINY, ctrl_c_able, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,7 +184,12 @@ def test_unreachable_scheduler_fails_fast():
 def _start(args: list[str], run_dir: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "dcoded", "progress=false", f"hydra.run.dir={run_dir}", *args]
     return subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_able,
     )
 
 

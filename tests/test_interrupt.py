@@ -21,7 +21,7 @@ import dcoded.summary
 from dcoded import checkpoint
 from dcoded.engine.replica import Replica
 from dcoded.interrupt import Interrupted, signals_deferred, sigterm_as_interrupt
-from tests.conftest import tiny_config
+from tests.conftest import ctrl_c_able, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,6 +82,7 @@ def _signalled(args: list[str], checkpoints: str, signum: int) -> tuple[int, lis
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=ctrl_c_able,
     )
     deadline = time.monotonic() + 120
     while not glob.glob(checkpoints):

@@ -24,7 +24,7 @@ import dcoded.run
 from dcoded import netem
 from dcoded.coding.messages import step_messages
 from dcoded.config import compose_config
-from tests.conftest import TINY, tiny_config
+from tests.conftest import TINY, ctrl_c_able, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CAN_NETEM = os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc")
@@ -185,7 +185,12 @@ def interrupt_after_first_checkpoint(args: list[str], checkpoints, log: Path) ->
     pipe: a process it left behind would hold a pipe open, and reading it would never end."""
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dcoded", *args], cwd=ROOT, stdout=out, stderr=out, text=True
+            [sys.executable, "-m", "dcoded", *args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
+            text=True,
+            preexec_fn=ctrl_c_able,
         )
 
     def fail(why: str):
