@@ -716,6 +716,7 @@ def _interrupt_from_another_thread(wait) -> tuple[bool, float]:
     """Ctrl-C handed by the kernel to a thread other than the main one, while the main thread
     waits with ``wait`` for a child that lives 4 s: was the child still running when the
     KeyboardInterrupt came, and after how long."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if ignored
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"])
     parked = threading.Event()
     helper = threading.Thread(target=parked.wait, daemon=True)
@@ -728,6 +729,7 @@ def _interrupt_from_another_thread(wait) -> tuple[bool, float]:
             wait(child)
         return child.poll() is None, time.monotonic() - t
     finally:
+        signal.signal(signal.SIGINT, previous)
         parked.set()
         child.kill()
         child.wait()
