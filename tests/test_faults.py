@@ -275,24 +275,31 @@ def test_killed_worker_asgd_goes_on_with_the_rest(tmp_path):
     assert summary["steps_done"] >= killed_at + 30
 
 
-def _hand_started_cluster(n_workers: int):
-    """A scheduler and ``n_workers`` single-threaded workers as a user starts them."""
-    from dcoded.engine.ddp import free_port
-
-    port = free_port("127.0.0.1")
-    address = f"tcp://127.0.0.1:{port}"
+def _hand_started_cluster(n_workers: int, folder: Path):
+    """A scheduler and ``n_workers`` single-threaded workers as a user starts them. The
+    scheduler picks its own port (``--port 0``) and says it in a scheduler file: a port found
+    free and then bound later can be taken meanwhile by a suite running beside this one."""
     bin_dir = Path(sys.executable).parent
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    where = folder / "scheduler.json"
     scheduler = subprocess.Popen(
         [
             str(bin_dir / "dask"),
             "scheduler",
             "--host=127.0.0.1",
-            f"--port={port}",
+            "--port=0",
             "--no-dashboard",
+            f"--scheduler-file={where}",
         ],
         **quiet,
     )
+    deadline, address = time.monotonic() + 120, None
+    while address is None:  # until the file is there and whole
+        assert scheduler.poll() is None and time.monotonic() < deadline, "no scheduler"
+        try:
+            address = json.loads(where.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
     worker = [str(bin_dir / "dask"), "worker", address, "--nthreads", "1", "--no-dashboard"]
     workers = [
         subprocess.Popen(
@@ -306,7 +313,7 @@ def _hand_started_cluster(n_workers: int):
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_lost_scheduler_stops_the_run(tmp_path):
-    address, scheduler, workers = _hand_started_cluster(3)
+    address, scheduler, workers = _hand_started_cluster(3, tmp_path)
     try:
         run_dir = tmp_path / "run"
         proc = _start(
@@ -435,7 +442,7 @@ def test_direct_peer_killed_leaves_the_survivors_idle(tmp_path):
     workers that survive are not left with a thread waiting for the dead peer's messages."""
     from distributed import Client
 
-    address, scheduler, workers = _hand_started_cluster(3)
+    address, scheduler, workers = _hand_started_cluster(3, tmp_path)
     try:
         run_dir = tmp_path / "run"
         proc = _start(
