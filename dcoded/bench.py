@@ -54,8 +54,13 @@ COLUMNS = [
     "r",
     "shuffle",
     "transport",
+    "straggle",
+    "s",
     "steps",
     "step_ms",
+    "mean_ms",
+    "p95_ms",
+    "vs_clean",
     "vs_ssgd",
     "vs_ddp",
     "comm_bound_ms",
@@ -108,6 +113,8 @@ def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
             common.append(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}")
     if args.topology and args.cluster != "local":  # no links to shape on a local cluster
         common.append(f"cluster.topology={args.topology}")
+    if args.straggle:
+        common.append(f"straggle={args.straggle}")
     common += args.overrides
     runs = []
     if args.baselines is None:
@@ -115,6 +122,8 @@ def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
     elif args.baselines:
         runs.append(["experiment=bench", f"algorithm={args.baselines}", *common])
     cdc = [f"transport={args.transports}"] if args.transports else []
+    if args.tolerant:  # cdc waiting for every map, and not waiting for the r - 1 slowest
+        cdc.append("coding.stragglers=0,max")
     redundancies = _ints(args.redundancies) or list(range(1, n_workers + 1))
     if args.shuffles:
         joined = ",".join(map(str, redundancies))
@@ -196,8 +205,12 @@ def row(summary: dict) -> dict:
         "r": summary["redundancy"],
         "shuffle": summary["shuffle"],
         "transport": summary.get("transport"),
+        "straggle": (summary.get("straggle") or {}).get("model", "none"),
+        "s": summary.get("stragglers"),
         "steps": summary["steps"],
         "step_ms": ms(t["step_median"]),
+        "mean_ms": ms(t.get("step_mean")),
+        "p95_ms": ms(t.get("step_p95")),
         **{f"{p}_ms": ms(t.get(p)) for p in PHASES},
         **{f"{p}_bound_ms": ms(v) for p, v in limits.items()},
         "shuffle_x": ratio("shuffle"),
@@ -214,11 +227,24 @@ def row(summary: dict) -> dict:
     }
 
 
+#: What makes two rows the same run but for the straggler model (``vs_clean``).
+_SAME_RUN = ("topology", "model", "algorithm", "r", "shuffle", "transport", "s")
+
+
 def add_ratios(rows: list[dict]) -> None:
-    """Each step time over ``ssgd``'s and ``ddp``'s for the same model on the same topology,
-    from this run."""
-    for where in {(r["model"], r.get("topology")) for r in rows}:
-        same = [r for r in rows if (r["model"], r.get("topology")) == where]
+    """Each step time over ``ssgd``'s and ``ddp``'s for the same model on the same topology
+    under the same stragglers, and over its own step without stragglers (``vs_clean``), from
+    this run."""
+    clean = {
+        tuple(r.get(k) for k in _SAME_RUN): r["step_ms"]
+        for r in rows
+        if r.get("straggle", "none") == "none"
+    }
+    for r in rows:
+        ref = clean.get(tuple(r.get(k) for k in _SAME_RUN))
+        r["vs_clean"] = round(r["step_ms"] / ref, 3) if ref and r["step_ms"] else None
+    for where in {(r["model"], r.get("topology"), r.get("straggle")) for r in rows}:
+        same = [r for r in rows if (r["model"], r.get("topology"), r.get("straggle")) == where]
         base = {r["algorithm"]: r["step_ms"] for r in same if r["algorithm"] in ("ssgd", "ddp")}
         for r in same:
             for name in ("ssgd", "ddp"):
@@ -255,6 +281,8 @@ def _order(rows: list[dict]):
             r["algorithm"],
             transports.index(r["transport"]),
             r["r"] or 0,
+            r.get("s") or 0,
+            str(r.get("straggle")),
             SHUFFLES.index(r["shuffle"]) if r["shuffle"] in SHUFFLES else len(SHUFFLES),
         )
 
@@ -365,6 +393,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--transports", help="cdc's [dask,direct]")
     p.add_argument("--shuffles", help="e.g. coded,summed, at every r [all where they differ]")
     p.add_argument("--baselines", help="'' for none [ssgd,asgd,ddp]")
+    p.add_argument("--straggle", help="straggler models to sweep, e.g. none,slow,stall [none]")
+    p.add_argument(
+        "--tolerant",
+        action="store_true",
+        help="cdc both waiting for every map and not waiting for the r-1 slowest "
+        "(coding.stragglers=0,max)",
+    )
     p.add_argument("--steps", type=int, help="[30]")
     p.add_argument("--batch-size", type=int, help="[240]")
     p.add_argument("--samples", type=int, help="synthetic training samples [4096]")

@@ -21,8 +21,9 @@ from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import check_cluster_config
 from dcoded.coding import Placement, best_m, check_layout, check_m, hybrid_plan
 from dcoded.coding.messages import step_messages
+from dcoded.coding.stragglers import check_stragglers
 from dcoded.data import absolute_path, check_dataset
-from dcoded.engine import ALGORITHMS
+from dcoded.engine import ALGORITHMS, straggle
 from dcoded.engine.driver import steps_per_epoch
 from dcoded.engine.replica import Replica, cached_dataset
 from dcoded.engine.spec import SHUFFLES, TRANSPORTS, RunSpec
@@ -42,6 +43,7 @@ CONFIG_NAMES = {
     "group_size": "coding.group_size",
     "batch_size": "train.batch_size",
     "hybrid_m": "coding.hybrid_m",
+    "stragglers": "coding.stragglers",
 }
 
 
@@ -137,6 +139,26 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             plan = hybrid_plan(placement.g, r, m)  # the family is read or solved now
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    try:
+        straggle_cfg = straggle.check(c.get("straggle"), n_workers)
+        stragglers = coding.get("stragglers", 0) if algorithm == "cdc" else 0
+        if stragglers == "max":  # for sweeps: the most this layout and transport allow
+            stragglers = r - 1 if r < n_workers and transport != "dask" else 0
+        check_stragglers(stragglers, placement, shuffle, transport)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    grace = coding.get("straggler_grace", 1.0)
+    if stragglers and (
+        not isinstance(grace, int | float)
+        or isinstance(grace, bool)
+        or not 0 <= grace < float("inf")
+    ):
+        raise ConfigError(
+            f"coding.straggler_grace={grace!r} is not allowed: it must be a number >= 0 (a "
+            "fraction of the time the first g - s maps took)"
+        )
+    if straggle_cfg.get("model") == "slow" and cluster.get("kind") == "local":
+        straggle_cfg["cgroup"] = bool(cluster.get("processes", 1))
     paces, repair_after = None, REPAIR_AFTER_MS
     if transport == "multicast":
         paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
@@ -188,6 +210,9 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         pace_mbit=paces,
         test_drop=float(transport_cfg.get("test_drop") or 0.0),
         repair_after_s=repair_after / 1000,
+        stragglers=stragglers,
+        straggler_grace=float(grace),
+        straggle=straggle_cfg,
         extra={"notes": notes},
     )
     try:

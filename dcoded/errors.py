@@ -98,3 +98,8 @@ class PeerTimeout(LinkError):
 
 class Aborted(LinkError):
     """The run was torn down while this worker waited for its peers."""
+
+
+class Abandoned(DcodedError, RuntimeError):
+    """A worker's computation stopped on purpose: the others finished without it
+    (``coding.stragglers``). Caught by the map; never seen by a user."""

@@ -397,6 +397,9 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                 env={
                     "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1",
+                    # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker
+                    # reaches the host's (straggle=slow) through this process's root
+                    "DCODED_CGROUP_ROOT": f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu",
                     # no transfer of a run may fall out of the logs between two collections
                     "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "100000",
                 },

@@ -22,7 +22,7 @@ from pathlib import Path
 from dcoded import netem
 from dcoded.cluster import attach_cluster, open_cluster
 from dcoded.config import build_spec, plain
-from dcoded.engine import registry, trainer
+from dcoded.engine import registry, straggle, trainer
 from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError
@@ -125,6 +125,8 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     finally:
         if bar is not None:
             bar.close()
+        if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
+            straggle.remove_stale(f"dcoded-{spec.run_id}-")
     rows = log.history()
     summary = make_summary(spec, reference, log, rows, theta, cluster_info, started)
     if run_dir is not None:

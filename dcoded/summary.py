@@ -20,6 +20,7 @@ import torch
 
 from dcoded.cluster import available_cores
 from dcoded.coding import loads
+from dcoded.coding.stragglers import backup_bound
 from dcoded.engine.record import write_history
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
@@ -42,6 +43,38 @@ def theory(spec: RunSpec, d: int) -> dict:
         params = down.unicast
     b = exchange.bytes(d)
     return {"multicast": b.multicast, "unicast": b.unicast, "params": params * d * 4}
+
+
+def step_spread(rows: list[dict]) -> dict[str, float | None]:
+    """The mean and the 25th, 75th and 95th percentiles of the step time over the steps
+    (linear interpolation, numpy's default), beside the median: a tail a median hides.
+
+    >>> step_spread([{"step": s, "step_s": s / 10} for s in range(11)])["step_p95"]
+    0.95
+    """
+    steps = [r["step_s"] for r in rows if r.get("step_s") is not None and r.get("step", 0) >= 0]
+    if not steps:
+        return dict.fromkeys(("step_mean", "step_p25", "step_p75", "step_p95"))
+    q = np.percentile(steps, [25, 75, 95])
+    return {
+        "step_mean": float(np.mean(steps)),
+        "step_p25": float(q[0]),
+        "step_p75": float(q[1]),
+        "step_p95": float(q[2]),
+    }
+
+
+def _theory_backup(spec: RunSpec, log, d: int, n_steps: int) -> float:
+    """Bytes per worker per step of plain values the closed form allows for the steps that
+    did not wait (each late worker having computed and sent nothing), mean over steps."""
+    p = spec.placement
+    total = 0.0
+    for late in log.not_waited.values():
+        for c in range(p.n_clusters):
+            here = {p.local(r) for r in late if p.cluster_of(r) == c}
+            if here:
+                total += float(backup_bound(p, spec.shuffle, spec.hybrid, here))
+    return total * d * 4 / spec.n_workers / max(n_steps, 1)
 
 
 def make_summary(
@@ -85,6 +118,7 @@ def make_summary(
         "time_s": {
             "total": last.get("wall_s", 0.0),
             "step_median": times["step"],
+            **step_spread(rows),
             **{p: times[p] for p in PHASES},
         },
         "bytes_per_worker": {
@@ -102,6 +136,12 @@ def make_summary(
             # what the run's transport moved: Dask transfers, or the direct links' messages
             "transport": means["dask" if spec.transport == "dask" else "direct"],
             "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows else {},
+            # coding.stragglers: the plain values sent in place of what late workers did not
+            # send, and the closed form's most for the steps that did not wait (per worker)
+            "backup": log.by_kind_means(len(rows), "direct").get("backup", 0.0)
+            if rows and spec.stragglers
+            else None,
+            "theory_backup": _theory_backup(spec, log, d, len(rows)) if spec.stragglers else None,
             "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
             "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
             "control traffic and evaluation included"
@@ -114,6 +154,9 @@ def make_summary(
         "repairs": dict(log.repairs) if spec.transport == "multicast" else None,
         "kernel_losses": log.kernel_losses,
         "pace_mbit": dict(spec.pace_mbit) if spec.pace_mbit else None,
+        "stragglers": spec.stragglers if spec.algorithm == "cdc" else None,
+        "straggler_grace": spec.straggler_grace if spec.stragglers else None,
+        "straggle": {**dict(spec.straggle), **log.straggle_summary()},
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events),
         "environment": {

@@ -25,14 +25,14 @@ import numpy as np
 from dcoded.checkpoint import concat_shards
 from dcoded.coding import (
     charged_value,
-    decode_value,
-    decode_values,
     encode_packet,
     encode_values,
     label_without,
+    piece_slices,
     sum_in_order,
     summed_plan,
 )
+from dcoded.coding.codec import decode_piece, decode_value_piece
 from dcoded.coding.messages import plan_of, sent_bytes, shuffle_receives, shuffle_sends
 from dcoded.engine import registry
 from dcoded.engine.driver import (
@@ -44,25 +44,43 @@ from dcoded.engine.driver import (
 )
 from dcoded.engine.registry import WorkerState, record, state, task_key
 from dcoded.engine.spec import RunSpec
+from dcoded.engine.straggle import Injector
+from dcoded.errors import Abandoned
 
 # --------------------------------------------------------------------------- a worker's math
 
 
-def map_grads(st: WorkerState, step: int, on_grad=None) -> tuple[dict, float, dict]:
+def map_grads(
+    st: WorkerState, step: int, on_grad=None, stop=None, injector=None
+) -> tuple[dict, float, dict]:
     """``(grads, loss, digests)``: the summed gradient ``g_T`` of every sub-batch ``T`` this
     worker holds at the replica's ``θ``, the loss of the sub-batches it is first holder of,
     and a digest of each ``g_T`` (the driver compares them across holders).
-    ``on_grad(grads)`` is called after each sub-batch (to send what is ready)."""
+    ``on_grad(grads)`` is called after each sub-batch (to send what is ready). ``injector``
+    (:class:`~dcoded.engine.straggle.Injector`): the straggler's delays. Once ``stop()`` says
+    so (``coding.stragglers``: the others finished without this worker) the map is abandoned,
+    between sub-batches or inside one, and ``grads`` holds only the sub-batches computed."""
     _, idx = st.replica.step_samples(step)
     slices = st.placement.sub_batch_slices(st.spec.batch_size)[st.cluster]
     grads, loss = {}, 0.0
+    if injector is not None:
+        injector.before(stop)
     for t, label in enumerate(st.placement.sub_batches):
-        if st.local in label:
-            grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
-            if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
-                loss += sub_loss
-            if on_grad is not None:
-                on_grad(grads)
+        if st.local not in label:
+            continue
+        if stop is not None and stop():
+            break
+        t0 = time.perf_counter()
+        try:
+            grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]], stop)
+        except Abandoned:
+            break
+        if injector is not None:
+            injector.after(time.perf_counter() - t0, stop)
+        if label[0] == st.local:  # each sub-batch's loss counted once, by its first holder
+            loss += sub_loss
+        if on_grad is not None:
+            on_grad(grads)
     # the r holders of a sub-batch must compute the same bits, or XOR decoding is silently
     # wrong: the driver compares these digests across holders (no bytes on the wire)
     return grads, loss, {label: _digest(g) for label, g in grads.items()}
@@ -102,7 +120,7 @@ def payload(st: WorkerState, tag: tuple, grads: dict) -> np.ndarray:
     return sum_in_order([grads[t][st.segments[k]] for t in plan])
 
 
-def reduce_segment(st: WorkerState, grads: dict, received: dict) -> np.ndarray:
+def reduce_segment(st: WorkerState, grads: dict, received: dict, plain=None) -> np.ndarray:
     """``G[k]`` of this owner from its own gradients and the messages it received (by tag).
 
     Coded and uncoded: ``Σ_T g_T[k]`` over every sub-batch in lexicographic order, decoding
@@ -110,32 +128,72 @@ def reduce_segment(st: WorkerState, grads: dict, received: dict) -> np.ndarray:
     ascending order of sender. Hybrid: its own ``g_T[k]`` (lexicographic), then each decoded
     ``v(S, k)`` in family order (decoded with the other members' ``v(S, k')``, which it sums
     itself as their senders do). ``serial`` sums in the same orders.
+
+    ``plain`` (``coding.stragglers``): values that replace what a late worker did not send or
+    this owner's abandoned map did not compute, by request
+    (:func:`dcoded.coding.stragglers.backups`); each takes exactly the place, and so the
+    bits, of what it replaces.
     """
     k, seg, p = st.local, st.segments[st.local], st.placement
+    plain = plain or {}
+
+    def term(t):  # g_T[k], computed here or sent plain
+        return grads[t][seg] if t in grads else plain[("g", t, seg.start, seg.stop)]
+
+    own = [term(t) for t in p.sub_batches if k in t]
     if st.spec.shuffle == "hybrid":
         plan = st.spec.hybrid
         values = []
         for group in plan.values_for(k):
+            if ("v", group, -1) in plain:
+                values.append(plain[("v", group, -1)])
+                continue
+            charged = plan.charges[(group, k)]
+            if ("g", charged[0], seg.start, seg.stop) in plain:  # its terms, sent plain
+                values.append(sum_in_order([term(t) for t in charged]))
+                continue
             known = {
                 i: charged_value(plan, group, i, grads, st.segments)
                 for i in plan.active(group)
-                if i != k
+                if i != k and set(plan.charges[(group, i)]) <= grads.keys()
             }
-            packets = {j: received[("hyb", group, j)] for j in group if j != k}
-            values.append(decode_values(group, k, packets, known, seg.stop - seg.start))
-        return sum_in_order([grads[t][seg] for t in p.sub_batches if k in t] + values)
+            pieces = [
+                plain[("v", group, j)]
+                if ("v", group, j) in plain
+                else decode_value_piece(
+                    group, j, k, received[("hyb", group, j)], known, seg.stop - seg.start
+                )
+                for j in label_without(group, k)
+            ]
+            values.append(np.concatenate(pieces))
+        return sum_in_order(own + values)
     if st.spec.shuffle == "summed":
-        own = [grads[t][seg] for t in p.sub_batches if k in t]
-        return sum_in_order(own + [received[tag] for tag, _ in shuffle_receives(p, "summed", k)])
+        parts = summed_plan(p.g, p.redundancy, k)
+        return sum_in_order(
+            own
+            + [
+                received[tag] if tag in received else sum_in_order([term(t) for t in parts[j]])
+                for tag, j in shuffle_receives(p, "summed", k)
+            ]
+        )
     decoded = {}
     for group in p.groups_of(k):
+        label = label_without(group, k)
         if st.spec.shuffle == "coded":
-            packets = {j: received[("pkt", group, j)] for j in group if j != k}
-            value = decode_value(group, k, packets, grads, st.segments)
+            pieces = piece_slices(seg.stop - seg.start, len(group) - 1)
+            value = []
+            for i, j in enumerate(label):
+                key = ("g", label, seg.start + pieces[i].start, seg.start + pieces[i].stop)
+                if key in plain:
+                    value.append(plain[key])
+                else:
+                    packet = received[("pkt", group, j)]
+                    value.append(decode_piece(group, j, k, packet, grads, st.segments))
+            decoded[label] = np.concatenate(value)
         else:
-            value = received[("unc", group, k)]
-        decoded[label_without(group, k)] = value
-    return sum_in_order([grads[t][seg] if k in t else decoded[t] for t in p.sub_batches])
+            tag = ("unc", group, k)
+            decoded[label] = received[tag] if tag in received else term(label)
+    return sum_in_order([term(t) if k in t else decoded[t] for t in p.sub_batches])
 
 
 def update_segment(st: WorkerState, reduced: list[np.ndarray]) -> np.ndarray:
@@ -169,9 +227,18 @@ def cdc_map(run_id: str, rank: int, step: int, *segments: np.ndarray) -> dict:
     st = state(run_id, rank)
     if segments:
         st.replica.set_theta(np.concatenate(segments))
-    grads, loss, digests = map_grads(st, step)
+    grads, loss, digests = _map_injected(st, step)
     record_map(run_id, st, step, t0, loss, digests)
     return grads
+
+
+def _map_injected(st: WorkerState, step: int):
+    """:func:`map_grads` with this step's straggler (the ``straggle`` group) injected."""
+    injector = Injector(st.spec, st.rank, step, st.throttle is not None)
+    out = map_grads(st, step, injector=injector)
+    if injector.active:
+        record(st.spec.run_id, step=step, rank=st.rank, phase="straggle", **injector.fields())
+    return out
 
 
 def cdc_send(run_id: str, rank: int, step: int, tag: tuple, grads: dict) -> np.ndarray:
@@ -232,7 +299,7 @@ def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
     previous step's future on the same worker (an ordering, no data)."""
     t0 = time.time()
     st = state(run_id, rank)
-    grads, loss, digests = map_grads(st, step)
+    grads, loss, digests = _map_injected(st, step)
     record_map(run_id, st, step, t0, loss, digests)
     t1 = time.time()
     update_replicated(st, grads)

@@ -40,6 +40,7 @@ from dcoded.engine.driver import (
 from dcoded.engine.registry import task_key
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
+from dcoded.engine.straggle import Injector
 
 
 def free_port(host: str) -> int:
@@ -95,17 +96,34 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
 
     model.register_comm_hook(None, count_buckets)
     optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
+    throttle = registry.throttle(run_id, rank, spec)
+    try:
+        return _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttle is not None)
+    finally:
+        if throttle is not None:
+            throttle.release()
+
+
+def _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttled) -> dict:
+    """DDP's training loop (``throttled``: ``straggle=slow`` made with a cgroup)."""
     K, B = spec.n_workers, spec.batch_size
     part = array_split_slices(B, K)[rank]
     snapshots = {}  # rank 0: θ after every eval_every steps, evaluated by the driver at the end
     for step in range(spec.steps):
         t0 = time.time()
+        injector = Injector(spec, rank, step, throttled)
+        injector.before()
         _, idx = replica.step_samples(step)
         x = torch.from_numpy(replica.data.x_train[idx[part]])
         y = torch.from_numpy(replica.data.y_train[idx[part]])
         optimizer.zero_grad(set_to_none=True)
+        t_compute = time.perf_counter()
+        # a drawn delay holds back this rank's backward, and so every bucket's all-reduce
         loss_sum = F.cross_entropy(model(x), y, reduction="sum")
         (loss_sum * (K / B)).backward()  # DDP averages over ranks: Σ grad / B
+        injector.after(time.perf_counter() - t_compute)
+        if injector.active:
+            registry.record(run_id, step=step, rank=rank, phase="straggle", **injector.fields())
         t1 = time.time()
         optimizer.step()
         t2 = time.time()

@@ -20,6 +20,7 @@ driver finds the worker gone, and tearing the run down wakes every loop still wa
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import defaultdict
 
@@ -27,7 +28,16 @@ import numpy as np
 from distributed import get_worker
 
 from dcoded.checkpoint import concat_shards
+from dcoded.coding import charged_value
 from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
+from dcoded.coding.stragglers import (
+    backups,
+    decode_requests,
+    encode_requests,
+    holder,
+    length,
+    value_piece,
+)
 from dcoded.engine import registry
 from dcoded.engine.cdc import (
     cdc_replicated,
@@ -48,6 +58,7 @@ from dcoded.engine.link import Link
 from dcoded.engine.multicast import MulticastLink
 from dcoded.engine.registry import WorkerState, record, task_key
 from dcoded.engine.spec import RunSpec
+from dcoded.engine.straggle import Injector
 from dcoded.errors import Aborted, PeerLost, PeerTimeout, StepTimeout, WorkerLost
 
 # --------------------------------------------------------------------------- on the workers
@@ -70,7 +81,10 @@ def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimi
         )
     else:
         link = Link(run_id, rank, peers, get_worker())
-    registry.find_state(run_id, rank).link = link
+    st = registry.find_state(run_id, rank)
+    st.link = link
+    if spec.stragglers:
+        link.serve = lambda step, asker, data: _serve(st, link, step, asker, data)
     return out
 
 
@@ -163,21 +177,53 @@ def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
         if out:
             link.send(out)
 
-    t = time.time()
-    grads, loss, digests = map_grads(st, step, on_grad=send_ready if spec.overlap else None)
-    if not spec.overlap:
+    t, began = time.time(), time.monotonic()
+    tolerant = spec.stragglers > 0
+    injector = Injector(spec, rank, step, st.throttle is not None)
+    stop, on_grad = None, send_ready if spec.overlap else None
+    if tolerant:
+        link.begin(step)
+        stop, on_grad, judged = _give_up_rule(st, link, step, began, on_grad)
+    grads, loss, digests = map_grads(st, step, on_grad=on_grad, stop=stop, injector=injector)
+    if tolerant:
+        judged()
+    complete = len(grads) == len(p.held_by(me))
+    if complete and not spec.overlap:
         send_ready(grads)
     now = time.time()
+    if injector.active or tolerant:
+        record(
+            run_id,
+            step=step,
+            rank=rank,
+            phase="straggle",
+            abandoned=not complete,
+            **injector.fields(),
+        )
     record_map(run_id, st, step, t, loss, digests, stop=now - encoding[0])
     record(
         run_id, step=step, rank=rank, phase="encode", start=now - encoding[0], stop=now, **counts
     )
     wanted = shuffle_receives(p, spec.shuffle, me, spec.hybrid)
-    got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
+    plain = {}
+    if tolerant:
+        start = time.time()
+        st.serving = (step, grads) if complete else None
+        took_us = min(int(1e6 * (time.monotonic() - began)), 2**32 - 1)
+        notice = np.array([took_us if complete else 0], np.uint32)  # how long the map took
+        what = "done" if complete else "gave-up"
+        link.send(
+            [(peer(i), f"{step}/{what}/{rank}", "notice", notice) for i in range(p.g) if i != me]
+        )
+        received, plain, late = _receive_tolerant(st, link, step, grads, wanted, timeout)
+        phase("shuffle", start, exchange="inner")
+        record(run_id, step=step, rank=rank, phase="tolerance", late=sorted(peer(j) for j in late))
+    else:
+        got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
+        received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
 
     t = time.time()
-    received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
-    reduced = reduce_segment(st, grads, received)
+    reduced = reduce_segment(st, grads, received, plain)
     parts = [reduced]
     if p.n_clusters > 1:  # the owners of this segment index in the other clusters
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
@@ -206,6 +252,182 @@ def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
     t = time.time()
     st.replica.set_theta(np.concatenate(segments))
     phase("update", t)  # installing θ for the next map
+
+
+# --------------------------------------------------------------------------- not waiting
+
+
+#: How long after the ``g - s``-th map a worker still behind keeps going before it judges its
+#: own pace, as a fraction of the time that map took: the workers that finished have just
+#: freed their share of the CPU, and a worker that was only queued behind them speeds up.
+SETTLE = 0.25
+
+
+def _give_up_rule(st: WorkerState, link: Link, step: int, began: float, on_grad):
+    """``(stop, on_grad, judged)`` for this worker's map. It gives up once ``g - s`` others
+    have finished theirs (then every sub-batch has a finished holder), :data:`SETTLE` of the
+    time the last of them took has passed since, and its own finish, at the pace it has kept
+    so far, would come later than ``coding.straggler_grace`` times that time after them;
+    and, unless it has computed nothing yet, only if it was that slow in its recent steps too
+    (the median of its last paces, :attr:`WorkerState.paces`). So a stalled worker gives up
+    soon after the others finish, a slow one as soon as it is known to be slow, and one that
+    was only queued behind the others for the CPU, or started late, is waited for.
+    ``judged()`` (after the map) is this step's pace against the others', for the history."""
+    n = len(st.placement.held_by(st.local))
+    need = st.placement.g - st.spec.stragglers
+    grace = st.spec.straggler_grace
+    done = [0]
+
+    def counted(grads):
+        done[0] = len(grads)
+        if on_grad is not None:
+            on_grad(grads)
+
+    def quorum():
+        finished = sorted(
+            (t, said) for what, t, said in link.notices(step).values() if what == "done"
+        )
+        if len(finished) < need:
+            return None
+        return finished[need - 1][0], finished[need - 1][1] / 1e6  # when, and how long it took
+
+    def stop() -> bool:
+        found = quorum()
+        if found is None:
+            return False
+        at, took = found
+        now = time.monotonic()
+        if now < at + SETTLE * took:  # let the pace settle: the CPU the others freed
+            return False
+        if not done[0]:  # nothing computed yet: at best it needs what the others took
+            return now + took > at + grace * took
+        finish = began + (now - began) * n / done[0]
+        if finish <= at + grace * took:
+            return False
+        return not st.paces or statistics.median(st.paces) > 1 + grace
+
+    def judged() -> None:
+        found, took_me = quorum(), time.monotonic() - began
+        if found is None or not found[1]:
+            st.paces.append(1.0)  # among the first g - s
+        elif done[0] == n:
+            st.paces.append(max(took_me / found[1], 1.0))
+        elif done[0]:
+            st.paces.append(took_me * n / done[0] / found[1])
+
+    return stop, counted, judged
+
+
+def _receive_tolerant(st, link, step, grads, wanted, timeout):
+    """``(received, plain, late)``: the messages this owner waited for, the plain values that
+    replace what it will not get, and whom it did not wait for (local indices).
+
+    The worker that falls behind knows it first (:func:`_give_up_rule`) and says so; each
+    owner acts alone on what it has heard: it waits for every worker that did not give up,
+    and asks the lowest finished holder of each value it lacks from those that did, or that
+    its own abandoned map did not compute (:func:`dcoded.coding.stragglers.backups`). No sum
+    depends on who was late, so owners that heard different things still agree to the bit."""
+    spec, p, rank, me = st.spec, st.placement, st.rank, st.local
+    c = st.cluster
+    complete = len(grads) == len(p.held_by(me))
+    keys = {tag: _key(step, *tag) for tag, _ in wanted}
+    senders = {keys[tag]: p.global_id(c, j) for tag, j in wanted}
+    asked: dict[tuple, int] = {}  # request -> the holder asked
+    replies: dict[str, tuple[int, list]] = {}  # reply key -> (holder, its requests in order)
+    deadline = time.monotonic() + timeout
+    while True:
+        version, box, notices = link.look(step)
+        arrived = {tag for tag, key in keys.items() if key in box}
+        local = {p.local(r): what for r, (what, *_) in notices.items()}
+        done = {j for j, what in local.items() if what == "done"}
+        late = {j for j, what in local.items() if what == "gave-up"}
+        if complete and not late and not asked:
+            if len(arrived) == len(keys):
+                got = link.take({keys[t]: senders[keys[t]] for t in keys}, timeout)
+                return {tag: got[keys[tag]] for tag in keys}, {}, set()
+            missing = {keys[t]: senders[keys[t]] for t in keys if t not in arrived}
+            now = time.monotonic()
+            if now > deadline:
+                raise PeerTimeout(
+                    f"rank {rank} waited train.step_timeout_s={timeout:g}s for messages from "
+                    f"rank(s) {sorted(set(missing.values()))} (e.g. {next(iter(missing))})"
+                )
+            link.nudge(missing)
+            link.wait_change(version, min(link.poll_s, deadline - now))
+            continue
+        requests, awaited = backups(
+            p, spec.shuffle, spec.hybrid, me, st.segments, set(grads), late, arrived
+        )
+        fresh: dict[int, list] = {}
+        for request in requests:
+            h = holder(request, me, done)
+            if request not in asked and h is not None:  # else: once a holder has finished
+                asked[request] = h
+                fresh.setdefault(h, []).append(request)
+        for h, rs in fresh.items():
+            n = len(replies)
+            replies[f"{step}/plain/{p.global_id(c, h)}/{rank}/{n}"] = (h, rs)
+            ask = np.concatenate([[n], encode_requests(rs, p, spec.hybrid)]).astype(np.uint32)
+            link.send([(p.global_id(c, h), f"{step}/ask/{rank}/{n}", "ask", ask)])
+        waiting_for = {keys[t]: senders[keys[t]] for t in awaited if t not in arrived}
+        waiting_for.update(
+            {key: p.global_id(c, h) for key, (h, _) in replies.items() if key not in box}
+        )
+        if not waiting_for and all(q in asked for q in requests):
+            break
+        now = time.monotonic()
+        if now > deadline:
+            raise PeerTimeout(
+                f"rank {rank} waited train.step_timeout_s={timeout:g}s for messages from "
+                f"rank(s) {sorted(set(waiting_for.values()))} (e.g. {next(iter(waiting_for))})"
+                if waiting_for
+                else f"rank {rank} waited train.step_timeout_s={timeout:g}s for a finished "
+                "holder of what the workers that gave up did not send"
+            )
+        link.nudge(waiting_for)
+        link.wait_change(version, min(link.poll_s, deadline - now))
+    use = [t for t in keys if t in arrived]
+    got = link.take(
+        {
+            **{keys[t]: senders[keys[t]] for t in use},
+            **{key: p.global_id(c, h) for key, (h, _) in replies.items()},
+        },
+        timeout,
+    )
+    plain = {}
+    for key, (_, rs) in replies.items():
+        reply, at = got[key], 0
+        for request in rs:
+            n = length(request, me, st.segments)
+            plain[request] = reply[at : at + n]
+            at += n
+    return {t: got[keys[t]] for t in use}, plain, late
+
+
+def _serve(st: WorkerState, link: Link, step: int, asker: int, data) -> None:
+    """Answer a request for plain values (on the thread that received it): the slices of
+    this worker's gradients of ``step`` that the owner ``asker`` (global rank) lacks."""
+    p, spec = st.placement, st.spec
+    serving = st.serving
+    if serving is None or serving[0] != step:
+        link.fail(
+            PeerTimeout(
+                f"rank {st.rank} was asked for step {step}'s values by rank {asker} but holds "
+                f"{'none' if serving is None else f'step {serving[0]}'}'s"
+            )
+        )
+        return
+    grads, k = serving[1], p.local(asker)
+    values, n = [], int(data[0])
+    for request in decode_requests(data[1:], p, spec.hybrid):
+        if request[0] == "g":
+            values.append(grads[request[1]][request[2] : request[3]])
+        else:
+            group, j = request[1], request[2]
+            whole = charged_value(spec.hybrid, group, k, grads, st.segments)
+            values.append(value_piece(group, k, j, whole))
+    reply = np.concatenate(values) if values else np.zeros(0, np.float32)
+    link.send([(asker, f"{step}/plain/{st.rank}/{asker}/{n}", "backup", reply)])
 
 
 # --------------------------------------------------------------------------- the driver

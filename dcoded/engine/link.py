@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -49,17 +50,64 @@ class Link:
         self._comms: dict[int, object] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: list = []
+        self._send_lock = threading.Lock()  # a step loop and a request's answer may both send
         self.sent: dict[str, int] = defaultdict(int)  # kind -> bytes, drained each step
+        # coding.stragglers: step -> {rank: (what, when it came, what it says)} of the notices
+        # "done" (saying how long the map took, in microseconds) and "gave-up"
+        self._notices: dict[int, dict[int, tuple[str, float, int]]] = defaultdict(dict)
+        self._version = 0  # counts what was filed, so a waiter sees any change
+        self._floor = -1  # messages of steps before this one are dropped on arrival
+        #: ``serve(step, asker, data)``: answers a plain-value request (set by the step loop)
+        self.serve = None
         worker.handlers[PUSH] = _on_push
         _LINKS[(run_id, rank)] = self
 
     # ------------------------------------------------------------------ receiving
     def deliver(self, key: str, data: np.ndarray) -> None:
-        """Called by the handler, on the event loop: file one message."""
+        """Called by the handler, on the event loop: file one message. A notice (``done``,
+        ``gave-up``) is kept by step and sender; a request (``ask``) is answered at once
+        (:attr:`serve`); a message of a step already over is dropped (a late worker's)."""
+        step, what, src = _parts(key)
+        if what == "ask":
+            if self.serve is not None and step >= self._floor:
+                self.serve(step, src, data)
+            return
         with self._cond:
-            if self._error is None:
+            if self._error is not None or step < self._floor:
+                return
+            if what in NOTICES:
+                said = int(data[0]) if len(data) else 0
+                self._notices[step][src] = (what, time.monotonic(), said)
+            else:
                 self._box[key] = data
-                self._cond.notify_all()
+            self._version += 1
+            self._cond.notify_all()
+
+    def begin(self, step: int) -> None:
+        """A new step: what is left of earlier ones (a late worker's messages) is dropped."""
+        with self._cond:
+            self._floor = step
+            for key in [k for k in self._box if _parts(k)[0] < step]:
+                del self._box[key]
+            for old in [s for s in self._notices if s < step]:
+                del self._notices[old]
+
+    def look(self, step: int) -> tuple[int, set[str], dict[int, tuple[str, float, int]]]:
+        """``(version, keys filed, notices of step)``, as of now."""
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            return self._version, set(self._box), dict(self._notices.get(step, {}))
+
+    def notices(self, step: int) -> dict[int, tuple[str, float, int]]:
+        with self._cond:
+            return dict(self._notices.get(step, {}))
+
+    def wait_change(self, version: int, timeout: float) -> None:
+        """Wait until something is filed after ``version`` was seen, or ``timeout``."""
+        with self._cond:
+            if self._version == version and self._error is None:
+                self._cond.wait(max(timeout, 0.0))
 
     def take(self, expected: dict[str, int], timeout: float) -> dict[str, np.ndarray]:
         """Wait for every message in ``expected`` (key -> sender rank) and hand them over."""
@@ -84,6 +132,11 @@ class Link:
     #: How often a waiting step wakes up to look at what is missing.
     poll_s = 1.0
 
+    def nudge(self, missing: dict[str, int]) -> None:
+        """:meth:`waiting` from a step loop that waits by itself (:meth:`wait_change`)."""
+        with self._cond:
+            self.waiting(missing)
+
     def waiting(self, missing: dict[str, int]) -> None:
         """Called (under the mailbox lock) each time a step wakes up with messages missing."""
 
@@ -101,8 +154,9 @@ class Link:
     def send(self, messages: list[tuple[int, str, str, np.ndarray]]) -> None:
         """Push ``(rank, key, kind, array)`` messages without waiting; the sends to one peer
         go in order on its connection, those to different peers at once."""
-        for _, _, kind, data in messages:
-            self.sent[kind] += data.nbytes
+        with self._send_lock:
+            for _, _, kind, data in messages:
+                self.sent[kind] += data.nbytes
         future = asyncio.run_coroutine_threadsafe(self._send_all(messages), self.loop)
         future.add_done_callback(self._sent)
         self._inflight.append(future)
@@ -123,7 +177,8 @@ class Link:
                 raise self._error
 
     def drain_sent(self) -> dict[str, int]:
-        sent, self.sent = dict(self.sent), defaultdict(int)
+        with self._send_lock:
+            sent, self.sent = dict(self.sent), defaultdict(int)
         return sent
 
     def _sent(self, future) -> None:
@@ -178,6 +233,20 @@ class Link:
         for comm in comms:
             with contextlib.suppress(Exception):
                 await comm.close()
+
+
+#: The notices of ``coding.stragglers``: a worker's map is done, or it gave it up.
+NOTICES = ("done", "gave-up")
+
+
+def _parts(key: str) -> tuple[int, str, int]:
+    """``(step, what, sender)`` of a key ``step/what/sender/...`` (``what``: ``done``,
+    ``gave-up``, ``ask``; the sender is -1 for every other message)."""
+    parts = key.split("/")
+    what = parts[1] if len(parts) > 2 else ""
+    src = int(parts[2]) if what in (*NOTICES, "ask") else -1
+    step = int(parts[0]) if parts[0].lstrip("-").isdigit() else sys.maxsize  # never too old
+    return step, what, src
 
 
 def _on_push(run=None, rank=None, src=None, key=None, data=None) -> None:

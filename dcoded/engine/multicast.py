@@ -149,13 +149,15 @@ class MulticastLink(Link):
         by_key: dict[str, tuple[str, np.ndarray, list[int]]] = {}
         for dest, key, kind, data in messages:
             by_key.setdefault(key, (kind, data, []))[2].append(dest)
-        for key, (kind, data, dests) in by_key.items():
-            self.sent[kind] += data.nbytes  # once: what the medium carries
-            datagrams = _fragments(self.tag, self.rank, key, data)
-            self._kept[key] = (datagrams, _step_of(key))
-            where = self.ips[dests[0]] if len(dests) == 1 else group_address(self.run_id, dests)
-            self._outbox.put((key, where, datagrams, self._pace(kind)))
-        self._forget_old()
+        with self._send_lock:  # the receiving thread answers requests for plain values
+            for key, (kind, data, dests) in by_key.items():
+                self.sent[kind] += data.nbytes  # once: what the medium carries
+                datagrams = _fragments(self.tag, self.rank, key, data)
+                self._kept[key] = (datagrams, _step_of(key))
+                dest = self.ips[dests[0]] if len(dests) == 1 else None
+                where = dest or group_address(self.run_id, dests)
+                self._outbox.put((key, where, datagrams, self._pace(kind)))
+            self._forget_old()
 
     def _pace(self, kind: str) -> float:
         return self.paces["seg" if kind == "seg" else "shuffle"]
@@ -341,6 +343,13 @@ class MulticastLink(Link):
                 self._send(sender, key, "nack", ask, op=NACK), self.loop
             )
             future.add_done_callback(self._sent)
+
+    def begin(self, step: int) -> None:
+        """A new step: also forget the pieces of messages a late worker never finished."""
+        super().begin(step)
+        with self._cond:
+            for key in [k for k in self._partial if _step_of(k) < step]:
+                del self._partial[key]
 
     def _unread(self) -> int:
         """Bytes of the next datagram waiting unread in this rank's socket (0: none)."""

@@ -32,7 +32,8 @@ from dcoded.engine.driver import (
     after_step,
     pinned,
 )
-from dcoded.engine.registry import state, task_key
+from dcoded.engine.registry import record, state, task_key
+from dcoded.engine.straggle import Injector
 from dcoded.optim import SegmentOptimizer
 
 # --------------------------------------------------------------------------- on the workers
@@ -42,11 +43,17 @@ def ps_grad(run_id: str, rank: int, step: int, part: int, theta: np.ndarray) -> 
     """Gradient (summed) of part ``part`` of ``K`` of step ``step``'s samples at ``θ``."""
     t0 = time.time()
     st = state(run_id, rank)
+    injector = Injector(st.spec, rank, step, st.throttle is not None)
     with st.lock:  # asgd may hand one worker two updates; a multi-threaded worker runs both
+        injector.before()
         st.replica.set_theta(theta)
         _, idx = st.replica.step_samples(step)
         n = st.spec.n_workers
+        t1 = time.perf_counter()
         grad, loss = st.replica.grad_sum(idx[array_split_slices(len(idx), n)[part]])
+        injector.after(time.perf_counter() - t1)
+    if injector.active:
+        record(run_id, step=step, rank=rank, phase="straggle", **injector.fields())
     return {"grad": grad, "loss": loss, "start": t0, "stop": time.time(), "rank": rank}
 
 

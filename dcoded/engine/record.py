@@ -15,6 +15,7 @@ the step's totals divided by ``K``.
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import statistics
 from collections import defaultdict
@@ -41,6 +42,9 @@ HISTORY_COLUMNS = [
     *(f"bytes_{b}" for b in BYTE_FIELDS),
     "staleness_mean",
     "staleness_max",
+    "straggle_ms",
+    "not_waited",
+    "abandoned",
 ]
 
 
@@ -72,6 +76,12 @@ class TrainingLog:
         self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
         # multicast: datagrams sent again, asks, and datagrams received again by cause
         self.repairs: dict[str, int] = defaultdict(int)
+        # the straggle group: (step, rank) -> (drawn ms, slept ms), and how "slow" was made
+        self.injected: dict[tuple[int, int], tuple[float, float]] = {}
+        self.throttles: dict[int, dict] = {}
+        # coding.stragglers: step -> ranks some owner did not wait for; ranks that gave up
+        self.not_waited: dict[int, set[int]] = defaultdict(set)
+        self.abandoned: dict[int, set[int]] = defaultdict(set)
 
     # ------------------------------------------------------------------ inputs
     def driver_step(self, step: int, **fields) -> None:
@@ -161,6 +171,9 @@ class TrainingLog:
 
     def _add_record(self, rec: dict) -> None:
         step = rec["step"]
+        if rec["phase"] in ("straggle", "tolerance", "throttle"):
+            self._add_straggle(rec)
+            return
         if "exchange" in rec:  # a direct exchange: timed across ranks, see history()
             w = self._exchanges[(step, rec["phase"], rec["exchange"])]
             w[0], w[1] = max(w[0], rec["start"]), max(w[1], rec["stop"])
@@ -190,6 +203,44 @@ class TrainingLog:
                     "bit-identical replicas (same torch and numpy builds, CPU kernels and thread "
                     "count on every worker)"
                 )
+
+    def _add_straggle(self, rec: dict) -> None:
+        step, rank = rec["step"], rec["rank"]
+        if rec["phase"] == "throttle":
+            self.throttles[rank] = {k: rec[k] for k in ("how", "detail", "speed")}
+            if rec["how"] != "cgroup":
+                message = (
+                    f"straggle=slow: rank {rank} falls back to a delay of (1/speed - 1) times "
+                    f"each computation ({rec['detail']})"
+                )
+                logging.getLogger("dcoded").warning(message)
+                self.note(message)
+        elif rec["phase"] == "tolerance":
+            self.not_waited[step].update(rec["late"])
+        else:
+            if rec.get("drawn_ms") or rec.get("slept_ms"):
+                self.injected[(step, rank)] = (rec["drawn_ms"], rec["slept_ms"])
+            if rec.get("abandoned"):
+                self.abandoned[step].add(rank)
+
+    def straggle_summary(self) -> dict:
+        """What was injected and whom the steps did not wait for, for ``summary.json``:
+        ``injected`` lists ``[step, rank, drawn ms, slept ms]`` wherever a delay was drawn
+        or slept (a delay ends early when its map is abandoned)."""
+        per_rank = defaultdict(float)
+        for (_, rank), (drawn, _) in self.injected.items():
+            per_rank[rank] += drawn
+        return {
+            "throttles": {str(k): v for k, v in sorted(self.throttles.items())},
+            "injected": [
+                [s, r, round(d, 3), round(w, 3)] for (s, r), (d, w) in sorted(self.injected.items())
+            ],
+            "injected_ms_total": {str(k): round(v, 3) for k, v in sorted(per_rank.items())},
+            "steps_with_injection": len({s for s, _ in self.injected}),
+            "not_waited": _count_ranks(self.not_waited),
+            "abandoned": _count_ranks(self.abandoned),
+            "steps_not_waiting": sum(1 for v in self.not_waited.values() if v),
+        }
 
     def _attribute(self, key) -> tuple[str, int] | None:
         """``(kind, step)`` a transferred key belongs to, or ``None`` if not this run's
@@ -243,6 +294,17 @@ class TrainingLog:
                 key = f"bytes_{field}"
                 if row.get(key) is None and (step, field) in self._bytes:
                     row[key] = self._bytes[(step, field)] / self.n_workers
+            drawn = [  # the delay drawn, or the one "slow" slept where it had no cgroup
+                max(self.injected.get((step, k), (0.0, 0.0))[0], 0.0)
+                or self.injected.get((step, k), (0.0, 0.0))[1]
+                for k in range(self.n_workers)
+            ]
+            if any(drawn):
+                row["straggle_ms"] = " ".join(f"{x:g}" for x in drawn)
+            if self.not_waited.get(step):
+                row["not_waited"] = " ".join(map(str, sorted(self.not_waited[step])))
+            if self.abandoned.get(step):
+                row["abandoned"] = " ".join(map(str, sorted(self.abandoned[step])))
             if row.get("train_loss") is None and step in self._loss:
                 row["train_loss"] = self._loss[step] / self.batch_size
             out.append(row)
@@ -263,6 +325,15 @@ class TrainingLog:
         by what moved (``seg``, ``pkt``, ...)."""
         moved = self.dask_by_kind if transport == "dask" else self.direct_by_kind
         return {k: v / (self.n_workers * n_steps) for k, v in sorted(moved.items())}
+
+
+def _count_ranks(by_step: dict[int, set[int]]) -> dict[str, int]:
+    """How many steps each rank appears in."""
+    counts = defaultdict(int)
+    for ranks in by_step.values():
+        for r in ranks:
+            counts[r] += 1
+    return {str(k): v for k, v in sorted(counts.items())}
 
 
 def _values(rows, key):

@@ -14,17 +14,22 @@ shuffle, ``red``: cross-cluster sum, ``grad``: gradient to the parameter server)
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dcoded.checkpoint import slice_state
+from dcoded.cluster import available_cores
 from dcoded.coding import Placement
+from dcoded.engine import straggle
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.errors import ReplicaMissing
 from dcoded.optim import SegmentOptimizer
+
+#: How many recent steps a worker's pace is judged over (``coding.stragglers``).
+PACES = 8
 
 _LOCK = threading.Lock()
 _STATES: dict[tuple[str, int], WorkerState] = {}
@@ -43,11 +48,21 @@ class WorkerState:
     optimizers: list[SegmentOptimizer] = field(default_factory=list)
     link: object | None = None  # the direct transport's connections and mailbox
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: ``coding.stragglers``: ``(step, grads)`` of the last map finished, for requests
+    serving: tuple | None = None
+    #: ``straggle=slow`` as root: this process's cgroup (:class:`~dcoded.engine.straggle.Throttle`)
+    throttle: object | None = None
+    #: ``coding.stragglers``: this worker's recent map times over the others' (its pace)
+    paces: deque = field(default_factory=lambda: deque(maxlen=PACES))
 
     def close(self) -> None:
-        """Wake a direct loop that waits for peers, and close its connections."""
+        """Wake a direct loop that waits for peers, close its connections, and take the
+        process out of its cgroup."""
         if self.link is not None:
             self.link.close("the run was torn down")
+        if self.throttle is not None:
+            self.throttle.release()
+            self.throttle = None
 
     @property
     def local(self) -> int:
@@ -134,7 +149,31 @@ def setup(
         result = np.zeros(0, np.float32)
     with _LOCK:
         _STATES[(run_id, rank)] = st
+    st.throttle = throttle(run_id, rank, spec)
     return result
+
+
+def throttle(run_id: str, rank: int, spec: RunSpec):
+    """``straggle=slow``: put this worker process in a cgroup with a CPU quota where that
+    works (root, one worker per process, a cgroup v1 cpu controller), else ``None`` (the
+    fallback: a delay after each computation, or not slow at all). Recorded either way."""
+    speed = straggle.slowdown(spec.straggle, rank)
+    if speed is None:
+        return None
+    how, detail = "delay", "no cgroup: not root, or no cgroup v1 cpu controller"
+    throttle = None
+    if not spec.straggle.get("cgroup", True):
+        detail = "this cluster runs its workers as threads of one process"
+    elif straggle.cgroup_usable():
+        try:
+            throttle = straggle.Throttle(
+                f"dcoded-{run_id}-{rank}", speed, available_cores(), spec.n_workers
+            )
+            how, detail = "cgroup", throttle.describe()
+        except OSError as e:
+            detail = f"the cgroup could not be made: {e}"
+    record(run_id, step=-1, rank=rank, phase="throttle", how=how, detail=detail, speed=speed)
+    return throttle
 
 
 def shard_state(run_id: str, rank: int, *after) -> dict:

@@ -17,6 +17,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from dcoded.data import Dataset, load_dataset, step_indices
 from dcoded.engine.spec import RunSpec
+from dcoded.errors import Abandoned
 from dcoded.models import build_model
 
 _DATA_CACHE: dict[str, Dataset] = {}
@@ -41,6 +42,22 @@ class Replica:
         self.data = cached_dataset(spec.dataset)
         self.model = build_model(spec.model, self.data.shape, self.data.n_classes, spec.seed)
         self.params = list(self.model.parameters())
+        self._stop = None  # during grad_sum: says when to abandon it
+        if getattr(spec, "stragglers", 0):
+            self._watch()
+
+    def _watch(self) -> None:
+        """Hooks that abandon a gradient half-way (forward, layer by layer; backward, parameter
+        by parameter) once ``stop()`` says so; they never touch a value, so no bit changes."""
+
+        def check(*_):
+            if self._stop is not None and self._stop():
+                raise Abandoned("the others finished without this worker")
+
+        for module in self.model.modules():
+            module.register_forward_pre_hook(check)
+        for p in self.params:
+            p.register_hook(check)
 
     @property
     def theta(self) -> np.ndarray:
@@ -58,12 +75,24 @@ class Replica:
         """``(epoch, indices)`` of the ``B`` samples of global step ``step``."""
         return step_indices(len(self.data.y_train), self.spec.batch_size, self.spec.seed, step)
 
-    def grad_sum(self, indices: np.ndarray) -> tuple[np.ndarray, float]:
-        """Flattened gradient of the summed loss over ``indices`` at the current ``θ``."""
+    def grad_sum(self, indices: np.ndarray, stop=None) -> tuple[np.ndarray, float]:
+        """Flattened gradient of the summed loss over ``indices`` at the current ``θ``;
+        :class:`~dcoded.errors.Abandoned` as soon as ``stop()`` is true (with
+        ``coding.stragglers``)."""
         x = torch.from_numpy(self.data.x_train[indices])
         y = torch.from_numpy(self.data.y_train[indices])
-        loss = F.cross_entropy(self.model(x), y, reduction="sum")
-        grads = torch.autograd.grad(loss, self.params)
+        self._stop = stop
+        try:
+            loss = F.cross_entropy(self.model(x), y, reduction="sum")
+            grads = torch.autograd.grad(loss, self.params)
+        except Abandoned:
+            raise
+        except RuntimeError as e:  # torch may wrap what a hook raised
+            if stop is not None and stop():
+                raise Abandoned(str(e)) from None
+            raise
+        finally:
+            self._stop = None
         flat = torch.cat([g.reshape(-1) for g in grads]).numpy()
         return flat, float(loss.item())
 

@@ -47,6 +47,13 @@ class RunSpec:
     pace_mbit: Mapping | None = None  # multicast: each sender's pace by phase (shuffle, seg)
     test_drop: float = 0.0  # multicast: a seeded fraction of datagrams dropped (tests only)
     repair_after_s: float = 0.05  # multicast: how long a datagram may take on the way
+    #: ``coding.stragglers``: a step never waits for the ``s`` slowest maps (``s <= r - 1``)
+    stragglers: int = 0
+    #: ``coding.straggler_grace``: a worker gives up its map once ``g - s`` others are done and
+    #: its own, at its pace so far, would end later than this fraction of their time after them
+    straggler_grace: float = 1.0
+    #: the ``straggle`` group, checked (:func:`dcoded.engine.straggle.check`)
+    straggle: Mapping = field(default_factory=lambda: {"model": "none"})
     extra: Mapping = field(default_factory=dict)
 
     @property
