@@ -130,7 +130,10 @@ def test_reading_a_sweep_prints_and_writes_the_table(sweep, capsys):
     out, err = capsys.readouterr()
     assert out == (sweep / "bench.md").read_text()
     assert out.splitlines()[2] == "| " + " | ".join(bench.COLUMNS) + " |"
-    assert "| switch | dnn | cdc | 2 | coded | direct | 30 | 20 | 2 | 4 |" in out
+    assert (
+        "| switch | dnn | cdc | 2 | coded | direct | none | - | 30 | 20 | - | - | 1 | 2 | 4 |"
+        in out
+    )
     assert "did not finish" in err and "worker lost" in err
     with open(sweep / "bench.csv") as f:
         assert [r["step_ms"] for r in csv.DictReader(f)][:3] == ["10.0", "5.0", "20.0"]
