@@ -17,6 +17,7 @@ from paper import (
     figure_hybrid,
     figure_loads,
     figure_phases,
+    figure_stragglers,
     figure_topology,
     output,
     paths,
@@ -33,6 +34,7 @@ SCRIPTS = [
     figure_bandwidth,
     figure_topology,
     figure_hybrid,
+    figure_stragglers,
 ]
 
 

@@ -18,10 +18,18 @@ EXPERIMENTS = {
     "paper_bandwidth": "Figure 5: the best r against the links' rate",
     "paper_topology": "Figure 6: cdc on a switch, a bus and racks, over TCP and as multicast",
     "paper_topology_base": "Figure 6: DDP and the parameter server on each topology",
+    "paper_stragglers": "Figure 8: cdc waiting for every map or not, under stragglers",
+    "paper_stragglers_base": "Figure 8: DDP and the parameter servers under the same stragglers",
 }
 
 #: Experiments that need the emulated network to mean anything (they sweep its rate).
-NEEDS_NETEM = {"paper_bandwidth", "paper_topology", "paper_topology_base"}
+NEEDS_NETEM = {
+    "paper_bandwidth",
+    "paper_topology",
+    "paper_topology_base",
+    "paper_stragglers",  # a slow worker's CPU quota, and a link the exchange has to share
+    "paper_stragglers_base",
+}
 
 SIZES = ("small", "full")
 

@@ -68,6 +68,9 @@ def test_the_sweeps_cover_what_the_results_need():
     assert values("paper_accuracy", "algorithm") == {"ssgd", "asgd", "ddp", "cdc"}
     assert values("paper_accuracy", "model") == {"dnn", "cnn"}  # Figure 4 showed the DNN only
     assert len(values("paper_bandwidth", "cluster.bandwidth_mbit")) >= 3
+    assert values("paper_stragglers", "straggle") == {"none", "slow", "stall"}
+    assert values("paper_stragglers", "coding.stragglers") == {"0", "max"}
+    assert values("paper_stragglers_base", "algorithm") == {"ddp", "ssgd", "asgd"}
     # Table 1 sets paper_time's baselines beside paper_phases' cdc: same conditions
     time, phases = (compose_config([f"experiment={e}"]) for e in ("paper_time", "paper_phases"))
     for key in ("cluster", "dataset", "train", "optimizer"):
@@ -275,6 +278,8 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
         "paper_bandwidth": 0,
         "paper_topology": 0,
         "paper_topology_base": 0,
+        "paper_stragglers": 0,
+        "paper_stragglers_base": 0,
     }
     for netem_only in paths.NEEDS_NETEM:
         assert (small / netem_only / "skipped.json").exists()
