@@ -264,15 +264,16 @@ SETTLE = 0.25
 
 
 def _give_up_rule(st: WorkerState, link: Link, step: int, began: float, on_grad):
-    """``(stop, on_grad, judged)`` for this worker's map. It gives up once ``g - s`` others
-    have finished theirs (then every sub-batch has a finished holder), :data:`SETTLE` of the
-    time the last of them took has passed since, and its own finish, at the pace it has kept
-    so far, would come later than ``coding.straggler_grace`` times that time after them;
-    and, unless it has computed nothing yet, only if it was that slow in its recent steps too
-    (the median of its last paces, :attr:`WorkerState.paces`). So a stalled worker gives up
-    soon after the others finish, a slow one as soon as it is known to be slow, and one that
-    was only queued behind the others for the CPU, or started late, is waited for.
-    ``judged()`` (after the map) is this step's pace against the others', for the history."""
+    """``(stop, on_grad, judged)`` for this worker's map. Once ``g - s`` others have finished
+    theirs (then every sub-batch has a finished holder), it is *late* if its own finish, at the
+    pace it has kept so far, would come later than ``coding.straggler_grace`` times the time
+    the last of them took, after them. It gives up at once if late and slow in its recent steps
+    too (the median of its last paces, :attr:`WorkerState.paces`, above ``1 + grace``); else
+    only after :data:`SETTLE` of that time, and only if it has computed nothing yet or has no
+    history. So a slow worker gives up as soon as the others are done, a stalled one soon
+    after, and one that was only queued behind the others for the CPU, or started late, is
+    waited for. ``judged()`` (after the map): this step's pace against the others', for the
+    history."""
     n = len(st.placement.held_by(st.local))
     need = st.placement.g - st.spec.stragglers
     grace = st.spec.straggler_grace
@@ -297,14 +298,14 @@ def _give_up_rule(st: WorkerState, link: Link, step: int, began: float, on_grad)
             return False
         at, took = found
         now = time.monotonic()
+        # nothing computed yet: at best it needs what the others took, from now on
+        finish = began + (now - began) * n / done[0] if done[0] else now + took
+        late = finish > at + grace * took
+        if st.paces and statistics.median(st.paces) > 1 + grace:
+            return late  # known to be slow: no need to wait and see
         if now < at + SETTLE * took:  # let the pace settle: the CPU the others freed
             return False
-        if not done[0]:  # nothing computed yet: at best it needs what the others took
-            return now + took > at + grace * took
-        finish = began + (now - began) * n / done[0]
-        if finish <= at + grace * took:
-            return False
-        return not st.paces or statistics.median(st.paces) > 1 + grace
+        return late and (not done[0] or not st.paces)
 
     def judged() -> None:
         found, took_me = quorum(), time.monotonic() - began
