@@ -655,6 +655,9 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "holder used to send 6/4/2/0 at K = 4, r = 2).",
         "- Figure 6 is new: the same code on a switch, a bus and racks, with the coded packets "
         "sent once as UDP multicast (`transport=multicast`).",
+        "- Figure 8 is new: the same redundancy used a second time, a step that does not wait "
+        "for its r - 1 slowest workers (`coding.stragglers`), bit for bit, beside DDP and the "
+        "parameter servers under the same injected stragglers (`straggle`).",
     ]
     target = paths.report(out)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -273,6 +273,18 @@ def test_every_algorithm_meets_the_same_stragglers(train, tmp_path):
     assert any(first) and out["straggle"]["model"] == "stall"
 
 
+@pytest.mark.slow
+def test_ddp_meets_the_same_stragglers(train):
+    """DDP's ranks (worker processes) draw from the same stream as every other algorithm."""
+    got = train("algorithm=ddp", "cluster.processes=true", "train.steps=5", *STALLS)
+    stall = {"model": "stall", "p": 0.35, "stall_ms": 300}
+    drawn = sorted((s, r, d) for s, r, d, _ in got["straggle"]["injected"] if d)
+    want = sorted(
+        (s, r, 300.0) for s in range(5) for r in range(4) if straggle.drawn_ms(stall, 0, s, r)
+    )
+    assert want and drawn == want
+
+
 def test_asgd_draws_from_the_same_stream(train):
     got = train("algorithm=asgd", "train.steps=4", *STALLS)
     for step, rank, d, _ in got["straggle"]["injected"]:
