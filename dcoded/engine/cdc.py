@@ -72,7 +72,10 @@ def map_grads(
             break
         t0 = time.perf_counter()
         try:
-            grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]], stop)
+            if stop is None:
+                grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]])
+            else:
+                grads[label], sub_loss = st.replica.grad_sum(idx[slices[t]], stop)
         except Abandoned:
             break
         if injector is not None:
