@@ -563,6 +563,7 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         # every namespace, for the kernel's loss counters around the training loop
         "namespaces": {**{n: h.ns for n, h in net.hosts.items()}, "hub": net.hub},
         "netem": net.links.as_dict(),
+        "given": dict(cluster),  # what summary.json records as the run's cluster
     }
     spec_file = out_dir / "netem" / "config.json"
     spec_file.write_text(json.dumps(child))

@@ -28,7 +28,7 @@ ERROR_FILE = "error.txt"
 TABLE_STEM = "results"
 
 #: The phases of a step, in order: ``summary.json``'s ``time_s`` and ``history.csv``'s
-#: ``<phase>_s`` columns name them so (DESIGN §6).
+#: ``<phase>_s`` columns name them so (``docs/measurement.md`` says what each one times).
 PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 
 #: The columns after the overrides that vary: ``(name, where in summary.json, scale)``.

@@ -1,8 +1,8 @@
 """The run's summary: ``summary.json`` (what a run measured beside the closed forms, and
 where it ran), ``history.csv`` and ``theta.npy``, and the short table printed at the end.
 
-The keys of ``summary.json`` are the ones DESIGN §6 lists; :mod:`dcoded.results` reads them
-back for sweeps.
+``docs/measurement.md`` defines every key of ``summary.json``; :mod:`dcoded.results` reads
+them back for sweeps.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from dcoded.coding.stragglers import backup_bound
 from dcoded.engine.record import write_history
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
+from dcoded.provenance import code_version
 from dcoded.results import PHASES
 
 
 def theory(spec: RunSpec, d: int) -> dict:
-    """Closed-form bytes per worker per step (DESIGN §3) for the gradient exchange and the
-    parameter distribution."""
+    """Closed-form bytes per worker per step (:mod:`dcoded.coding.loads`) for the gradient
+    exchange and the parameter distribution."""
     K = spec.n_workers
     if spec.algorithm in ("cdc", "serial"):
         exchange = loads.shuffle(
@@ -173,6 +174,9 @@ def make_summary(
             "numpy": np.__version__,
         },
         "started": started.isoformat(timespec="seconds"),
+        "dcoded": code_version(),
+        # the whole composed config, resolved: what the run was, however it was started
+        "config": spec.extra.get("config"),
         "n_sub_batches": math.comb(spec.placement.g, spec.redundancy) if placed else None,
     }
     return summary

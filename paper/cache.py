@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from dcoded.provenance import CODE, commit  # noqa: F401 (paper.sweep records it)
+from dcoded.provenance import git as _git
 from paper import paths
 
 #: What stage 1 writes into a sweep's folder when every job of it has finished.
@@ -37,32 +38,11 @@ COMPLETE = "complete.json"
 #: What stage 1 writes instead when the experiment cannot run here (it needs cluster=netem).
 SKIPPED = "skipped.json"
 
-#: The folders whose files make the code identity: the package, and the configs it installs.
-CODE = ("dcoded", "conf")
-
 
 def _sha(obj) -> str:
     return hashlib.sha256(
         json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
     ).hexdigest()
-
-
-def _git(*args: str, cwd: Path) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    except OSError:  # no git here
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def commit(root: Path = paths.ROOT) -> str | None:
-    """HEAD's commit, with ``-dirty`` when tracked files under ``dcoded/`` differ from it;
-    ``None`` outside a git checkout."""
-    sha = (_git("rev-parse", "HEAD", cwd=root) or "").strip()
-    if not sha:
-        return None
-    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE, cwd=root)
-    return sha + ("-dirty" if dirty and dirty.strip() else "")
 
 
 def _code_files(root: Path) -> dict[str, Path]:

@@ -9,6 +9,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -257,3 +258,15 @@ def test_the_listed_packages_are_every_package_of_the_tree():
     }
     assert set(setuptools["packages"]) == found
     assert setuptools["package-dir"] == {"dcoded.conf": "conf"}
+
+
+def test_the_docs_stand_on_their_own():
+    """Docstrings and docs cite nothing outside the repository (no DESIGN or MEASUREMENTS file
+    ships with it)."""
+    files = [*ROOT.glob("dcoded/**/*.py"), *ROOT.glob("docs/*.md"), ROOT / "README.md"]
+    cited = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if re.search(r"\bDESIGN\b|DESIGN\.md|MEASUREMENTS", p.read_text())
+    ]
+    assert cited == []

@@ -7,7 +7,8 @@ A :class:`Dataset` holds normalized, in-memory train and test arrays; the reader
 Sample order: the order of the training samples is a pure function of ``(seed, epoch)``
 (:func:`epoch_permutation`), an epoch has :func:`steps_per_epoch` steps, and global step ``s``
 takes the next ``B`` samples of that order (:func:`step_indices`), so every algorithm and every
-redundancy ``r`` sees exactly the same samples at every step (DESIGN.md §5).
+redundancy ``r`` sees exactly the same samples at every step (which the placement then cuts
+into sub-batches).
 
 Normalization (:func:`normalize`): pixels are first scaled to ``[0, 1]`` (digits ``/16``, the
 others ``/255``) and then standardized with the fixed per-dataset, per-channel constants in

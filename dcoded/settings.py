@@ -1,0 +1,294 @@
+"""Every setting of a run, with its type and range, checked leaf by leaf before anything else
+reads the config (and so before any cluster starts).
+
+:data:`SETTINGS` maps each setting, spelled as the config spells it, to what it accepts;
+:func:`check_settings` walks the composed config and refuses the first leaf that does not fit
+with one :class:`~dcoded.errors.ConfigError` line naming the setting and what it accepts. What
+depends on several settings (``coding.redundancy`` against ``cluster.n_workers``, a batch
+against ``C(g, r)`` sub-batches, the dataset's files) is checked after this, by
+:func:`dcoded.config.build_spec`.
+
+Inside dcoded's own groups a key that is not a setting is refused too (a typo such as
+``+train.lerning_rate=0.1`` would otherwise do nothing). Keys of ``optimizer`` beyond those
+listed go to the torch optimizer, which says whether it takes them. Keys at the top level that
+are not groups of dcoded (``+tag=baseline``) are the user's own: kept, and recorded in
+``summary.json`` with the rest.
+
+>>> check_settings({"train": {"seed": "abc"}})
+Traceback (most recent call last):
+...
+dcoded.errors.ConfigError: train.seed='abc' is not allowed: it must be an integer in 0..4294967295
+>>> check_settings({"train": {"lerning_rate": 0.1}})
+Traceback (most recent call last):
+...
+dcoded.errors.ConfigError: train.lerning_rate is not a setting of dcoded (the settings of train: batch_size, checkpoint_every, epochs, eval_every, lr, pipeline, resume, seed, step_timeout_s, steps)
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dcoded.data.dataset import DATASET_NAMES
+from dcoded.engine import ALGORITHMS
+from dcoded.engine.spec import SHUFFLES, TRANSPORTS
+from dcoded.engine.straggle import MODELS as STRAGGLE_MODELS
+from dcoded.errors import ConfigError
+from dcoded.models import MODELS
+from dcoded.netem import TOPOLOGIES
+
+#: What a config leaves unset (Hydra's ``???``): refused where the setting is read.
+MISSING = "???"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one setting accepts: ``test`` on its value, and ``accepts`` in words."""
+
+    accepts: str
+    test: Callable[[Any], bool]
+
+    def check(self, name: str, value: Any) -> None:
+        if not self.test(value):
+            raise ConfigError(f"{name}={value!r} is not allowed: it must be {self.accepts}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _or_null(setting: Setting, meaning: str) -> Setting:
+    return Setting(
+        f"{setting.accepts}, or null ({meaning})", lambda v: v is None or setting.test(v)
+    )
+
+
+def integer(low: int | None = 0, high: int | None = None, null: str | None = None) -> Setting:
+    """An integer in ``low..high`` (no upper bound when ``high`` is None; any integer when
+    ``low`` is None too: its range depends on other settings, checked with them later)."""
+    words = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+    if low is None:
+        words, low = "an integer", -math.inf
+    s = Setting(words, lambda v: _is_int(v) and v >= low and (high is None or v <= high))
+    return _or_null(s, null) if null else s
+
+
+def number(
+    low: float = 0,
+    *,
+    above: bool = False,
+    below: float | None = None,
+    unit: str = "",
+    null: str | None = None,
+) -> Setting:
+    """A finite number ``>= low`` (``> low`` with ``above``), ``< below`` if given."""
+    words = f"a number {'>' if above else '>='} {low:g}"
+    if below is not None:
+        words = f"a number in [{low:g}, {below:g})"
+    words += f" ({unit})" if unit else ""
+
+    def test(v) -> bool:
+        if not _is_number(v):
+            return False
+        return (v > low if above else v >= low) and (below is None or v < below)
+
+    s = Setting(words, test)
+    return _or_null(s, null) if null else s
+
+
+def flag() -> Setting:
+    return Setting("true or false", lambda v: isinstance(v, bool))
+
+
+def choice(*options, null: str | None = None) -> Setting:
+    s = Setting(f"one of {', '.join(map(str, options))}", lambda v: v in options)
+    return _or_null(s, null) if null else s
+
+
+def text(null: str | None = None) -> Setting:
+    s = Setting("a string", lambda v: isinstance(v, str) and v != MISSING and v != "")
+    return _or_null(s, null) if null else s
+
+
+def integers(low: int = 1, nonempty: bool = False) -> Setting:
+    """A list of integers ``>= low``."""
+    words = f"a {'non-empty ' if nonempty else ''}list of integers >= {low}"
+    return Setting(
+        words,
+        lambda v: (
+            isinstance(v, list | tuple)
+            and (bool(v) or not nonempty)
+            and all(_is_int(x) and x >= low for x in v)
+        ),
+    )
+
+
+def _betas(v) -> bool:
+    return (
+        isinstance(v, list | tuple) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+    )
+
+
+#: The settings that select a config group's option, spelled as the group in messages.
+GROUP_CHOICES = {
+    "algorithm.name": "algorithm",
+    "model.name": "model",
+    "dataset.name": "dataset",
+    "transport.name": "transport",
+    "straggle.model": "straggle",
+}
+
+#: Set by dcoded itself for the driver of an emulated network (never by hand): not checked.
+INTERNAL = ("cluster.wire", "cluster.namespaces", "cluster.netem", "cluster.given")
+
+#: Every setting, as the config spells it. ``model.hidden`` is per model (:data:`BY_MODEL`).
+SETTINGS: dict[str, Setting] = {
+    "algorithm.name": choice(*ALGORITHMS),
+    "progress": flag(),
+    # train
+    "train.steps": integer(1, null="train.epochs counts them"),
+    "train.epochs": integer(1, null="train.steps counts the steps"),
+    "train.batch_size": integer(1),
+    "train.lr": number(0, unit="the learning rate"),
+    "train.seed": integer(0, 2**32 - 1),
+    "train.eval_every": integer(0, null="at the end only"),
+    "train.step_timeout_s": number(0, above=True, unit="seconds"),
+    "train.checkpoint_every": integer(0, null="no checkpoints"),
+    "train.resume": text(null="a new run"),
+    "train.pipeline": flag(),
+    # coding
+    # coding: the ranges depend on cluster.n_workers and on each other, checked with them
+    "coding.redundancy": integer(None),
+    "coding.group_size": integer(None, null="one group of all n_workers"),
+    "coding.shuffle": choice(*SHUFFLES),
+    "coding.hybrid_m": integer(None, null="the m of least load"),
+    "coding.stragglers": Setting("an integer, or max (r - 1)", lambda v: v == "max" or _is_int(v)),
+    "coding.straggler_grace": number(0, unit="a fraction of the first g - s maps' time"),
+    # model
+    "model.name": choice(*MODELS),
+    "model.channels": integers(1, nonempty=True),
+    # dataset
+    "dataset.name": choice(*DATASET_NAMES),
+    "dataset.path": text(null="no files: digits, synthetic"),
+    "dataset.shape": Setting(
+        "three integers >= 1, [C, H, W]",
+        lambda v: integers(1).test(v) and len(v) == 3,
+    ),
+    "dataset.n_classes": integer(2),
+    "dataset.n_samples": integer(1),
+    "dataset.n_test": integer(0),
+    "dataset.seed": integer(0, 2**32 - 1),
+    # cluster
+    "cluster.kind": choice("local", "address", "netem"),
+    "cluster.address": Setting("the scheduler's address, such as tcp://HOST:8786", text().test),
+    "cluster.n_workers": integer(1),
+    "cluster.processes": flag(),
+    "cluster.torch_threads": integer(1),
+    "cluster.dashboard": flag(),
+    "cluster.log_level": choice("debug", "info", "warning", "error", "critical"),
+    "cluster.start_method": choice("forkserver", "spawn", "fork"),
+    "cluster.connect_timeout_s": number(0, above=True, unit="seconds"),
+    "cluster.tls.ca_file": text(null="no TLS"),
+    "cluster.tls.cert": text(null="no TLS"),
+    "cluster.tls.key": text(null="no TLS"),
+    "cluster.bandwidth_mbit": number(0, above=True, unit="Mbit/s"),
+    "cluster.driver_bandwidth_mbit": number(
+        0, above=True, unit="Mbit/s", null="cluster.bandwidth_mbit"
+    ),
+    "cluster.topology": choice(*TOPOLOGIES),
+    "cluster.queue_ms": number(0, above=True, unit="ms"),
+    "cluster.rack_size": integer(1, null="no racks"),
+    "cluster.uplink_mbit": number(0, above=True, unit="Mbit/s", null="no racks"),
+    # transport
+    "transport.name": choice(*TRANSPORTS),
+    "transport.steps_per_task": integer(0),
+    "transport.overlap": flag(),
+    "transport.pace_mbit": number(0, above=True, unit="Mbit/s", null="from the links"),
+    "transport.lan": flag(),
+    "transport.fallback": choice("direct", null="refuse where there is no multicast"),
+    "transport.repair_after_ms": number(0, above=True, unit="ms", null="from the links"),
+    "transport.test_drop": number(0, below=1),
+    # straggle
+    "straggle.model": choice(*STRAGGLE_MODELS),
+    "straggle.workers": integers(0, nonempty=True),
+    "straggle.speed": Setting(
+        "a number in (0, 1] (a fraction of the worker's fair share)",
+        lambda v: _is_number(v) and 0 < v <= 1,
+    ),
+    "straggle.p": Setting("a probability in [0, 1]", lambda v: _is_number(v) and 0 <= v <= 1),
+    "straggle.stall_ms": number(0, unit="ms"),
+    "straggle.mean_ms": number(0, unit="ms"),
+    # optimizer: these, and any other keyword the torch optimizer takes
+    "optimizer._target_": text(),
+    "optimizer._partial_": Setting(
+        "true (the optimizer is built once per segment)", lambda v: v is True
+    ),
+    "optimizer.lr": number(0, unit="the learning rate"),
+    "optimizer.momentum": number(0),
+    "optimizer.dampening": number(0),
+    "optimizer.weight_decay": number(0),
+    "optimizer.eps": number(0, above=True),
+    "optimizer.betas": Setting("two numbers in [0, 1)", _betas),
+    "optimizer.nesterov": flag(),
+    "optimizer.amsgrad": flag(),
+    "optimizer.maximize": flag(),
+}
+
+#: ``model.hidden``: the dnn's widths, the cnn's one dense layer.
+BY_MODEL = {"dnn": integers(1), "cnn": integer(1)}
+
+#: The groups whose every key is a setting of dcoded (``optimizer``'s extra keys go to torch).
+GROUPS = ("algorithm", "train", "coding", "model", "dataset", "cluster", "transport", "straggle")
+
+
+def leaves(cfg: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
+    """The config's leaves as ``(dotted name, value)``; a list is one leaf.
+
+    >>> leaves({"a": 1, "b": {"c": [1, 2], "d": {}}})
+    [('a', 1), ('b.c', [1, 2])]
+    """
+    out = []
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out += leaves(value, name + ".")
+        else:
+            out.append((name, value))
+    return out
+
+
+def check_settings(c: Mapping) -> None:
+    """Refuse the first leaf of the plain config ``c`` whose type or range does not fit, and
+    any key of dcoded's groups that is not a setting, with one :class:`ConfigError` line."""
+    model = (c.get("model") or {}).get("name")
+    for name, value in leaves(c):
+        if name.startswith(INTERNAL):
+            continue
+        setting = BY_MODEL.get(model) if name == "model.hidden" else SETTINGS.get(name)
+        group = name.split(".")[0]
+        if setting is None and group in GROUPS:
+            raise ConfigError(
+                f"{name} is not a setting of dcoded (the settings of {group}: "
+                f"{', '.join(names(group))})"
+            )
+        if setting is None:  # the optimizer's own keywords, and the user's top-level keys
+            continue
+        if value == MISSING:
+            raise ConfigError(f"{name} is not set: it must be {setting.accepts}")
+        setting.check(GROUP_CHOICES.get(name, name), value)
+
+
+def names(group: str) -> list[str]:
+    """The settings of one group, as its keys (``cluster.tls`` is one).
+
+    >>> names("straggle")
+    ['mean_ms', 'model', 'p', 'speed', 'stall_ms', 'workers']
+    """
+    keys = {k.split(".")[1] for k in [*SETTINGS, "model.hidden"] if k.startswith(group + ".")}
+    return sorted(keys)

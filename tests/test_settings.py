@@ -1,0 +1,136 @@
+"""Every setting is checked for type and range before any cluster starts: a wrong one gets one
+line naming it and what it accepts, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcoded.run
+from dcoded.config import build_spec, compose_config, plain
+from dcoded.errors import ConfigError, DcodedError
+from dcoded.settings import GROUP_CHOICES, SETTINGS, check_settings, leaves
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: One composition per option of every group, so that every leaf any option has is walked.
+OPTIONS = [
+    [],
+    ["algorithm=ssgd"],
+    ["model=cnn"],
+    ["optimizer=adam"],
+    ["dataset=synthetic"],
+    ["dataset=mnist"],
+    ["cluster=address", "cluster.address=tcp://127.0.0.1:8786"],
+    ["cluster=address", "cluster.address=tcp://127.0.0.1:8786", "transport=multicast",
+     "transport.lan=true", "transport.pace_mbit=100"],
+    ["cluster=netem", "transport=multicast"],
+    ["cluster=netem", "cluster.topology=racks", "cluster.rack_size=2", "cluster.uplink_mbit=50"],
+    ["straggle=slow"],
+    ["straggle=stall"],
+    ["straggle=exp"],
+    ["transport=dask"],
+    ["experiment=bench"],
+]  # fmt: skip
+
+
+def _composed():
+    seen = {}
+    for overrides in OPTIONS:
+        for name, value in leaves(plain(compose_config(overrides))):
+            seen.setdefault(name, (overrides, value))
+    return sorted(seen.items())
+
+
+LEAVES = _composed()
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started for a config that cannot work")
+
+    monkeypatch.setattr(dcoded.run, "open_cluster", refuse)
+
+
+@pytest.mark.parametrize("overrides", OPTIONS, ids=lambda o: " ".join(o) or "default")
+def test_every_shipped_option_passes_the_check(overrides):
+    check_settings(plain(compose_config(overrides)))
+
+
+def _wrong(value):
+    """A value of a type the leaf does not take, as one types it on the command line."""
+    return "wrong" if isinstance(value, list) else "[9]"
+
+
+@pytest.mark.parametrize("name,where", LEAVES, ids=[n for n, _ in LEAVES])
+def test_a_wrong_type_in_any_leaf_is_one_line_naming_it(name, where):
+    overrides, value = where
+    if name.startswith("dataset.") and "dataset=mnist" in overrides:
+        pytest.skip("the same leaves as digits and synthetic; mnist's files are not here")
+    with pytest.raises(DcodedError) as err:
+        dcoded.run.run(compose_config([*overrides, f"{name}={_wrong(value)}"]), progress=False)
+    message = str(err.value)
+    assert "\n" not in message
+    spelled = GROUP_CHOICES.get(name, name)
+    assert f"{spelled}=" in message or f"{spelled} " in message, message
+    if name in SETTINGS:  # says what it accepts
+        assert SETTINGS[name].accepts in message
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("train.seed=abc", "train.seed='abc' is not allowed: it must be an integer in 0..4294"),
+        ("train.seed=-1", "train.seed=-1"),
+        ("train.pipeline=maybe", "train.pipeline='maybe' is not allowed: it must be true or false"),
+        ("train.eval_every=-5", "train.eval_every=-5 is not allowed: it must be an integer >= 0"),
+        ("train.checkpoint_every=-1", "train.checkpoint_every=-1"),
+        ("train.lr=nan", "train.lr=nan is not allowed: it must be a number >= 0"),
+        ("train.lr=fast", "train.lr='fast' is not allowed"),
+        ("train.step_timeout_s=0", "train.step_timeout_s=0"),
+        ("cluster.log_level=verbose", "cluster.log_level='verbose' is not allowed: it must be one "
+         "of debug, info, warning, error, critical"),
+        ("cluster.start_method=bogus", "cluster.start_method='bogus'"),
+        ("cluster.torch_threads=0", "cluster.torch_threads=0 is not allowed"),
+        ("cluster.connect_timeout_s=-1", "cluster.connect_timeout_s=-1"),
+        ("progress=sometimes", "progress='sometimes'"),
+        ("+train.lerning_rate=0.1", "train.lerning_rate is not a setting of dcoded"),
+        ("+transport.test_drop=1.5", "transport.test_drop=1.5"),
+        ("optimizer.momentum=-1", "optimizer.momentum=-1"),
+        ("optimizer._partial_=false", "optimizer._partial_=False"),
+    ],
+)  # fmt: skip
+def test_each_value_the_issue_found_is_refused_in_one_line(override, needle):
+    with pytest.raises(ConfigError) as err:
+        build_spec(compose_config([override]))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_users_own_top_level_keys_are_kept():
+    check_settings(plain(compose_config(["+tag=baseline"])))
+
+
+def test_cluster_address_left_unset_says_how_to_set_it():
+    with pytest.raises(ConfigError, match=r"cluster.address is not set: it must be the sched"):
+        build_spec(compose_config(["cluster=address"]))
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["train.seed=abc", "cluster.start_method=bogus", "cluster.log_level=verbose",
+     "cluster=address"],
+)  # fmt: skip
+def test_the_command_line_says_one_line_and_no_traceback(override, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dcoded", override, f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
