@@ -1,12 +1,14 @@
 """``python -m dcoded``: the Hydra app. One run per job; ``-m`` sweeps.
 
-In a multirun a job that fails leaves ``error.txt`` in its folder and the sweep goes on; the
-sweep's end (:class:`dcoded.callbacks.SweepTable`) tabulates every job and exits with status
-1 if any failed.
+A run prints its results table and writes it into its folder's ``dcoded.log``; one that fails
+leaves ``error.txt`` there (and the error in ``dcoded.log``). In a multirun the sweep goes on
+after a failed job; the sweep's end (:class:`dcoded.callbacks.SweepTable`) tabulates every job
+and exits with status 1 if any failed.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -33,7 +35,10 @@ def app(cfg: DictConfig) -> float | None:
         # the jobs of a multirun share one emulated cluster (built once, removed at exit)
         summary = run(cfg, out_dir=out_dir, reuse_network=multirun)
     except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
-        return _failed(multirun, out_dir, str(e), e.code)
+        why = Path(out_dir, ERROR_FILE)  # and wrote it there
+        return _failed(
+            multirun, out_dir, why.read_text().strip() if why.exists() else str(e), e.code
+        )
     except DcodedError as e:
         print(f"error: {e}", file=sys.stderr)
         return _failed(multirun, out_dir, str(e), 2)
@@ -42,22 +47,27 @@ def app(cfg: DictConfig) -> float | None:
             write_sweep_table(hydra_cfg.sweep.dir)
         raise
     except Exception as e:  # a bug: a run shows it as Hydra does, a sweep records it
-        if not multirun:
-            raise
         trace = traceback.format_exc()
+        if not multirun:
+            Path(out_dir, ERROR_FILE).write_text(f"{type(e).__name__}: {e}\n\n{trace}")
+            raise
         print(trace, file=sys.stderr)
         return _failed(multirun, out_dir, f"{type(e).__name__}: {e}\n\n{trace}", 1)
-    print(format_results(summary))
-    print(f"  outputs: {out_dir}")
+    log = logging.getLogger("dcoded")  # printed, and written into the run's dcoded.log
+    log.info(format_results(summary))
+    log.info(f"  outputs: {out_dir}")
     return summary["final"]["test_accuracy"]
 
 
 def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
-    """A run ends with ``code``; a job of a multirun writes why into its folder and lets the
-    sweep go on (Hydra's launcher would stop at the first job that exits)."""
+    """Write why the run failed into its folder (``error.txt``, and its ``dcoded.log``); a
+    single run then ends with ``code``, a job of a multirun lets the sweep go on (Hydra's
+    launcher would stop at the first job that exits)."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    Path(out_dir, ERROR_FILE).write_text(message + "\n")
+    logging.getLogger("dcoded.log_only").error(f"error: {message}")
     if not multirun:
         sys.exit(code)
-    Path(out_dir, ERROR_FILE).write_text(message + "\n")
 
 
 def main() -> None:

@@ -131,6 +131,7 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                 client = Client(cluster)
                 stack.callback(_close, client)
         else:
+            _refused_at_once(cfg["address"])
             try:
                 client = Client(
                     cfg["address"],
@@ -148,6 +149,32 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
         )
+
+
+def _refused_at_once(address: str) -> None:
+    """A ``ClusterError`` at once where nothing listens at a TCP or TLS ``address`` (the host
+    answers, refusing the port): ``Client`` would retry for its whole connect timeout. A host
+    that does not answer is left to that timeout (a scheduler may be starting)."""
+    import socket
+
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        scheme, where = parse_address(address)
+        host, port = parse_host_port(where)
+    except (TypeError, ValueError):
+        return  # Client says what is wrong with it
+    if scheme not in ("tcp", "tls"):
+        return
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except ConnectionRefusedError:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at cluster.address={address}: nothing listens "
+            f"on port {port} of {host} (connection refused)"
+        ) from None
+    except OSError:
+        return
 
 
 @contextlib.contextmanager

@@ -569,7 +569,7 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     spec_file.write_text(json.dumps(child))
     proc = _in_ns(
         net.hosts["drv"],
-        [sys.executable, "-m", "dcoded.run", str(spec_file), str(out_dir)],
+        [sys.executable, "-m", "dcoded.run", str(spec_file), str(out_dir), "--no-table"],
     )
     try:
         code = wait_interruptibly(proc)

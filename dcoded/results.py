@@ -1,6 +1,7 @@
 """Reading what runs wrote: one run's folder, every job of a sweep, one table of a sweep.
 
     python -m dcoded.results multirun/2026-01-01/12-00-00    # writes and prints its table
+    python -m dcoded.results outputs/2026-01-01/12-00-00-cdc # one run: prints its row
 
 A Hydra multirun writes each job into a folder of the sweep directory: ``summary.json`` and
 ``history.csv`` (:func:`dcoded.run.run`), ``.hydra/`` (the job's number and overrides), and
@@ -34,6 +35,7 @@ PHASES = ("map", "encode", "shuffle", "decode", "update", "params")
 #: The columns after the overrides that vary: ``(name, where in summary.json, scale)``.
 MEASURED = (
     ("step_ms", ("time_s", "step_median"), 1e3),
+    *((f"{p}_ms", ("time_s", p), 1e3) for p in PHASES),
     ("total_s", ("time_s", "total"), 1.0),
     ("unicast_bytes", ("bytes_per_worker", "unicast"), 1.0),
     ("multicast_bytes", ("bytes_per_worker", "multicast"), 1.0),
@@ -41,6 +43,9 @@ MEASURED = (
     ("dask_bytes", ("bytes_per_worker", "dask_transfer"), 1.0),
     ("test_accuracy", ("final", "test_accuracy"), 1.0),
 )
+
+#: The column that says which runs ended with the same parameters, bit for bit.
+SHA = "param_sha256"
 
 
 def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
@@ -71,8 +76,11 @@ def load_run(run_dir: str | Path) -> dict:
     overrides, job = {}, None
     if (hydra_dir / "overrides.yaml").exists():
         overrides = parse_overrides(yaml.safe_load((hydra_dir / "overrides.yaml").read_text()))
+    if overrides and (hydra_dir / "config.yaml").exists():
+        overrides = typed(overrides, yaml.safe_load((hydra_dir / "config.yaml").read_text()))
     if (hydra_dir / "hydra.yaml").exists():
         job = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]["job"].get("num")
+        job = job if isinstance(job, int) else None  # a single run's is ??? (not a job)
     if job is None and re.match(r"\d+-", run_dir.name):
         job = int(run_dir.name.split("-", 1)[0])
     summary, error = None, None
@@ -92,6 +100,23 @@ def load_run(run_dir: str | Path) -> dict:
         "summary": summary,
         "error": error,
     }
+
+
+def typed(overrides: Mapping[str, str], config: Mapping) -> dict:
+    """The overrides with the values the composed ``config`` gave them (``2``, not ``"2"``),
+    where the key names one value of it; a group's option (``model=cnn``) stays its name.
+
+    >>> typed({"coding.redundancy": "2", "model": "cnn", "+tag": "a"},
+    ...       {"coding": {"redundancy": 2}, "model": {"name": "cnn"}, "tag": "a"})
+    {'coding.redundancy': 2, 'model': 'cnn', '+tag': 'a'}
+    """
+    out = {}
+    for key, raw in overrides.items():
+        value = config
+        for part in key.lstrip("+~").split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        out[key] = value if value is not None and not isinstance(value, Mapping) else raw
+    return out
 
 
 def _is_job(folder: Path) -> bool:
@@ -116,7 +141,7 @@ def varying(jobs: Sequence[Mapping]) -> list[str]:
     ['a']
     """
     keys = dict.fromkeys(k for j in jobs for k in j["overrides"])
-    return [k for k in keys if len({j["overrides"].get(k) for j in jobs}) > 1]
+    return [k for k in keys if len({repr(j["overrides"].get(k)) for j in jobs}) > 1]
 
 
 def _get(summary: Mapping | None, path: Sequence[str]):
@@ -146,13 +171,14 @@ def sweep_table(jobs: Sequence[Mapping]) -> tuple[list[dict], list[str]]:
     [('1', 250.0, None), ('5', None, 'coding.redundancy=5 is not allowed')]
     """
     keys = varying(jobs)
-    columns = ["job", *keys, "status", *(name for name, _, _ in MEASURED), "error"]
+    columns = ["job", *keys, "status", *(name for name, _, _ in MEASURED), SHA, "error"]
     rows = []
     for j in jobs:
         row = {"job": j["job"], **{k: j["overrides"].get(k) for k in keys}, "status": j["status"]}
         for name, path, scale in MEASURED:
             value = _get(j["summary"], path)
             row[name] = value * scale if isinstance(value, int | float) else None
+        row[SHA] = _get(j["summary"], (SHA,))
         row["error"] = j["error"].splitlines()[0] if j["error"] else None
         rows.append(row)
     return rows, columns
@@ -191,24 +217,42 @@ def write_sweep_table(sweep_dir: str | Path) -> list[dict]:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    per = "bytes per worker per step, times in ms (step, median) and s (total)"
-    (sweep_dir / f"{TABLE_STEM}.md").write_text(
-        f"Sweep {sweep_dir}: {len(rows)} jobs; {per}.\n\n{markdown(rows, columns)}"
-    )
+    (sweep_dir / f"{TABLE_STEM}.md").write_text(table_text(sweep_dir, rows, columns))
     return rows
 
 
+def table_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> str:
+    """``results.md``: what the table is, then the table (``param_sha256`` to 12 digits)."""
+    per = "bytes per worker per step, times in ms (medians per step) and s (total)"
+    short = [{**r, SHA: r[SHA][:12] + "…" if r.get(SHA) else None} for r in rows]
+    return f"Sweep {where}: {len(rows)} jobs; {per}.\n\n{markdown(short, columns)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dcoded.results SWEEP_DIR``: write and print the sweep's table. Given one
+    run's folder instead, print its row and write nothing. Exits 1 if a job did not finish,
+    2 where the folder holds no run."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m dcoded.results SWEEP_DIR", file=sys.stderr)
+        print("usage: python -m dcoded.results SWEEP_DIR (or one RUN_DIR)", file=sys.stderr)
         return 2
+    where = Path(args[0])
     try:
-        rows = write_sweep_table(args[0])
+        if where.is_dir() and _is_job(where):  # one run: read it, write nothing into it
+            rows, columns = sweep_table([load_run(where)])
+            print(table_text(where, rows, columns).replace(" 1 jobs;", " 1 run;"), end="")
+        else:
+            jobs = load_sweep(where)
+            if not jobs:
+                raise FileNotFoundError(
+                    f"{where} holds no run: give a multirun's folder (hydra.sweep.dir) or one "
+                    "run's (with summary.json, error.txt or .hydra/)"
+                )
+            rows = write_sweep_table(where)
+            print((where / f"{TABLE_STEM}.md").read_text(), end="")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print((Path(args[0]) / f"{TABLE_STEM}.md").read_text(), end="")
     return 1 if any(r["status"] != "finished" for r in rows) else 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
 import json
 import signal
 import sys
@@ -28,6 +29,7 @@ from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, thread_warning
+from dcoded.results import ERROR_FILE
 from dcoded.summary import make_summary, write_outputs, write_summary
 
 
@@ -220,26 +222,49 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dcoded.run CONFIG OUT_DIR``: run a saved config (a run's
     ``.hydra/config.yaml``, or JSON) into ``OUT_DIR``; print the results table. Exits 2 with
     one line on a :class:`~dcoded.errors.DcodedError`."""
-    from omegaconf import OmegaConf
-
     from dcoded.summary import format_results
 
     args = sys.argv[1:] if argv is None else argv
+    table = "--no-table" not in args  # the emulated network's driver: its parent prints it
+    args = [a for a in args if a != "--no-table"]
     if len(args) != 2:
-        print("usage: python -m dcoded.run CONFIG OUT_DIR", file=sys.stderr)
+        print("usage: python -m dcoded.run CONFIG OUT_DIR [--no-table]", file=sys.stderr)
         return 2
-    text = Path(args[0]).read_text()
-    cfg = OmegaConf.create(json.loads(text) if args[0].endswith(".json") else text)
     try:
+        cfg = _read_config(Path(args[0]))
         summary = run(cfg, out_dir=args[1])
     except DcodedError as e:
         print(f"error: {e}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # error.txt, as a job of a sweep leaves it
+            Path(args[1]).mkdir(parents=True, exist_ok=True)
+            Path(args[1], ERROR_FILE).write_text(f"{e}\n")
         return 2
     except Interrupted as e:  # what was measured is written; one line, as outside
         print(f"stopped: {e}", file=sys.stderr)
         return e.exit_code
-    print(format_results(summary))
+    if table:
+        print(format_results(summary))
     return 0
+
+
+def _read_config(path: Path):
+    """A saved config (JSON, or YAML such as a run's ``.hydra/config.yaml``), or a
+    :class:`ConfigError` saying why it cannot be read."""
+    from omegaconf import OmegaConf
+
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else OmegaConf.create(text)
+    except OSError as e:
+        raise ConfigError(f"cannot read the config {path}: {e.strerror or e}") from None
+    except Exception as e:  # JSON or YAML that does not parse: its parser's first line
+        raise ConfigError(
+            f"the config {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
+    if not isinstance(data, dict) and not OmegaConf.is_dict(data):
+        raise ConfigError(f"the config {path} holds no mapping of settings")
+    return OmegaConf.create(data) if isinstance(data, dict) else data
 
 
 class _CallableModule(types.ModuleType):
@@ -250,6 +275,13 @@ class _CallableModule(types.ModuleType):
         return run(*args, **kwargs)
 
 
+# so that inspect.signature(dcoded.run), and a notebook's hints, show run's own parameters
+_CallableModule.__call__.__signature__ = inspect.signature(run).replace(  # type: ignore[attr-defined]
+    parameters=[
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+        *inspect.signature(run).parameters.values(),
+    ]
+)
 sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":

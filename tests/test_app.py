@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import dcoded
+from dcoded import provenance
 from dcoded.engine.record import HISTORY_COLUMNS
 from tests.conftest import TINY
 
@@ -69,7 +71,9 @@ def test_an_experiment_overrides_the_defaults():
 
 
 def test_run_writes_summary_history_and_hydra_record(tmp_path):
-    result = _cli(*TINY, "train.steps=6", "train.eval_every=3", f"hydra.run.dir={tmp_path}")
+    result = _cli(
+        *TINY, "train.steps=6", "train.eval_every=3", "progress=true", f"hydra.run.dir={tmp_path}"
+    )
     assert result.returncode == 0, result.stderr
     assert "test accuracy" in result.stdout and "bytes per worker" in result.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -95,6 +99,22 @@ def test_run_writes_summary_history_and_hydra_record(tmp_path):
     evaluated = [int(r["step"]) for r in rows if r["test_accuracy"]]
     assert evaluated == [2, 5]
     assert (tmp_path / ".hydra" / "overrides.yaml").exists()
+    # the whole config, resolved, and the code that ran it
+    config = summary["config"]
+    assert config["optimizer"]["lr"] == config["train"]["lr"] == 0.05
+    assert config["model"]["hidden"] == [16] and config["train"]["steps"] == 6
+    assert summary["dcoded"]["version"] == dcoded.__version__
+    assert summary["dcoded"]["commit"] == (provenance.commit() or provenance.NOT_A_CHECKOUT)
+    # the table is in the run's log too, and no progress bar wrote \r into a pipe
+    assert "param_sha256" in (tmp_path / "dcoded.log").read_text()
+    assert "\r" not in result.stderr and "cdc: step 6/6" in result.stderr
+
+
+def test_a_failed_run_leaves_its_error_in_its_folder(tmp_path):
+    result = _cli(*TINY, "coding.redundancy=9", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert "coding.redundancy=9" in (tmp_path / "error.txt").read_text()
+    assert "error: coding.redundancy=9" in (tmp_path / "dcoded.log").read_text()
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from distributed.node import ServerNode
 from distributed.security import Security
 from distributed.utils import clean_dashboard_address
 
+import dcoded.cluster
 import dcoded.errors
 import dcoded.run
 import dcoded.summary
@@ -82,6 +83,30 @@ def test_a_tls_scheduler_refuses_a_client_without_certificates(tls_cluster):
         ]
     )
     with pytest.raises(ClusterError, match="cannot reach"):
+        dcoded.run.run(cfg)
+
+
+def test_a_refused_port_fails_at_once_not_after_the_connect_timeout(monkeypatch):
+    """Nothing listens on the port: the connection is refused, and retrying for the whole
+    connect timeout (as ``Client`` does) would tell the user nothing more."""
+
+    def retries(*args, **kwargs):
+        raise AssertionError("Client was asked to retry a refused port")
+
+    monkeypatch.setattr(dcoded.cluster, "Client", retries)
+
+    with socket.socket() as s:  # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = compose_config(
+        [
+            *NO_PROCESSES,
+            "cluster=address",
+            f"cluster.address=tcp://127.0.0.1:{port}",
+            "cluster.connect_timeout_s=60",
+        ]
+    )
+    with pytest.raises(ClusterError, match=f"nothing listens on port {port}"):
         dcoded.run.run(cfg)
 
 
@@ -227,6 +252,22 @@ def test_a_relative_dataset_path_reaches_a_worker_started_in_another_folder(tmp_
     assert summary["dataset"] == "mnist" and summary["steps"] == 3
     (worker_facts,) = summary["environment"]["per_worker"].values()
     assert worker_facts["threads"] == 1
+
+
+def test_teardown_closes_and_counts_every_state_of_the_run():
+    """It once shadowed its list with the loop variable and failed on every worker of a run
+    made with ``client=`` or ``cluster=address``, logging four tracebacks."""
+    from dcoded.engine import registry
+
+    class Closes:
+        closed = 0
+
+        def close(self):
+            Closes.closed += 1
+
+    registry._STATES.update({("dcteardown", 0): Closes(), ("dcteardown", 1): Closes()})
+    assert registry.teardown("dcteardown") == 2
+    assert Closes.closed == 2 and ("dcteardown", 0) not in registry._STATES
 
 
 @pytest.mark.slow

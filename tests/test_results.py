@@ -70,6 +70,50 @@ def test_the_table_has_the_overrides_that_vary_and_each_jobs_numbers(tmp_path):
     assert rows[1]["step_ms"] is None
 
 
+def test_overrides_come_back_with_the_types_the_config_gave_them(tmp_path):
+    folder = _job(tmp_path, 0, ["model=cnn", "coding.redundancy=2", "+tag=a"], _summary(0.1, 0.9))
+    (folder / ".hydra" / "config.yaml").write_text(
+        "coding:\n  redundancy: 2\nmodel:\n  name: cnn\ntag: a\n"
+    )
+    (job,) = load_sweep(tmp_path)
+    assert job["overrides"] == {"model": "cnn", "coding.redundancy": 2, "+tag": "a"}
+
+
+def test_the_table_has_each_phase_and_the_parameters_digest(tmp_path):
+    summary = _summary(0.25, 0.91)
+    summary["time_s"].update(map=0.1, shuffle=0.05)
+    summary["param_sha256"] = "ab" * 32
+    _job(tmp_path, 0, ["coding.redundancy=1"], summary)
+    _job(tmp_path, 1, ["coding.redundancy=2"], error="bad")
+    rows, columns = sweep_table(load_sweep(tmp_path))
+    assert {"map_ms", "shuffle_ms", "params_ms", "param_sha256"} <= set(columns)
+    assert rows[0]["map_ms"] == 100.0 and rows[0]["shuffle_ms"] == 50.0
+    assert rows[0]["param_sha256"] == "ab" * 32 and rows[1]["param_sha256"] is None
+    write_sweep_table(tmp_path)
+    assert "| abababababab… |" in (tmp_path / "results.md").read_text()
+
+
+def test_one_runs_folder_is_read_not_written(tmp_path):
+    """Given one run's folder the reader once said "0 jobs", exited 0 and wrote its tables
+    into that run's folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps(_summary(0.25, 0.91)))
+    done = subprocess.run(
+        [sys.executable, "-m", "dcoded.results", str(run)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 run;" in done.stdout and "| - | finished | 250 |" in done.stdout
+    assert sorted(p.name for p in run.iterdir()) == ["summary.json"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "dcoded.results", str(empty)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "holds no run" in done.stderr
+    assert list(empty.iterdir()) == []
+
+
 def test_a_folder_that_is_not_there_is_said_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         load_sweep(tmp_path / "nowhere")

@@ -5,6 +5,7 @@ of the training time, periodic evaluation and checkpoints."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -201,13 +202,35 @@ class Clock:
 
 class Progress:
     """A tqdm bar over the training steps, opened at the first step (after cluster start-up
-    and worker setup, which it would otherwise count as the first step's time)."""
+    and worker setup, which it would otherwise count as the first step's time).
+
+    Where stderr is not a terminal or a notebook (a log file, a batch job, CI), a bar would
+    write ``\r`` lines into it: there it prints one plain line at every tenth of the run.
+
+    >>> import io, contextlib
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     p = Progress(20, "cdc")
+    ...     for _ in range(20):
+    ...         p.update()
+    >>> err.getvalue().splitlines()[:2]
+    ['cdc: step 2/20', 'cdc: step 4/20']
+    """
 
     def __init__(self, total: int, desc: str, initial: int = 0):
         self.total, self.desc, self.initial = total, desc, initial
         self._bar, self._postfix = None, {}
+        self._lines = not (sys.stderr.isatty() or "ipykernel" in sys.modules)
+        self._done = initial
 
     def update(self, n: int = 1) -> None:
+        if self._lines:
+            before, self._done = self._done, self._done + n
+            tenth = max(self.total // 10, 1)
+            if self._done // tenth != before // tenth or self._done == self.total:
+                post = "".join(f", {k} {v}" for k, v in self._postfix.items())
+                print(f"{self.desc}: step {self._done}/{self.total}{post}", file=sys.stderr)
+            return
         if self._bar is None:
             from tqdm.auto import tqdm
 

@@ -193,9 +193,9 @@ def teardown(run_id: str, dask_worker=None) -> int:
         gone = [k for k in _STATES if k[0] == run_id]
         states = [_STATES.pop(k) for k in gone]
         _RECORDS.pop(run_id, None)
-    for gone in states:
-        gone.close()
-    return len(gone)
+    for state in states:
+        state.close()
+    return len(states)
 
 
 def drain_records(run_id: str, dask_worker=None) -> dict:
