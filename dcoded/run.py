@@ -10,6 +10,7 @@ that way.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime as dt
 import inspect
 import json
@@ -30,6 +31,7 @@ from dcoded.errors import ConfigError, DcodedError, RunError
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, thread_warning
 from dcoded.results import ERROR_FILE
+from dcoded.settings import leaves
 from dcoded.summary import make_summary, write_outputs, write_summary
 
 
@@ -85,6 +87,12 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
     if resume:
         log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
+        log.earlier = earlier_history(c["train"]["resume"], resume.step)
+        changed = resume_changes(resume, spec)
+        if changed:
+            line = f"resumed with other settings than the checkpoint's run: {changed}"
+            print(f"note: {line}", file=sys.stderr)
+            log.note(line)
     for note in spec.extra.get("notes", []):
         log.note(note)
     cluster_info: dict = {"kind": "none", "workers": []}
@@ -118,7 +126,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     except BaseException as e:
         rows = log.history()
         if run_dir is not None and rows:
-            write_history(run_dir / "history.csv", rows)
+            write_history(run_dir / "history.csv", log.earlier + rows)
         if isinstance(e, KeyboardInterrupt):
             raise _interrupted(e, ctx, rows, cluster_info, started) from None
         if isinstance(e, RunError):
@@ -132,8 +140,43 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     rows = log.history()
     summary = make_summary(spec, reference, log, rows, theta, cluster_info, started)
     if run_dir is not None:
-        write_outputs(run_dir, summary, rows, theta)
+        write_outputs(run_dir, summary, log.earlier + rows, theta)
     return summary
+
+
+def earlier_history(where: str | Path, step: int) -> list[dict]:
+    """The rows of ``history.csv`` before ``step`` in the checkpoint's folder ``where`` (none
+    if it has no history): a resumed run's history.csv starts with them, so it holds every
+    step, also when it is written over the folder it resumed from."""
+    folder = Path(where).expanduser()
+    path = (folder if folder.is_dir() else folder.parent) / "history.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return [
+            r for r in csv.DictReader(f) if r.get("step", "").isdigit() and int(r["step"]) < step
+        ]
+
+
+def resume_changes(resume, spec) -> str:
+    """What this run sets otherwise than the run that wrote the checkpoint (``old -> new``),
+    of the settings a resume may change; ``""`` if nothing."""
+    before = resume.meta.get("config")
+    if before is None:  # a checkpoint of an older dcoded: its few recorded settings
+        before = {
+            "algorithm": {"name": resume.meta.get("algorithm")},
+            "cluster": {"n_workers": resume.meta.get("n_workers")},
+            "coding": {"redundancy": resume.meta.get("redundancy")},
+        }
+    now = dict(leaves(spec.extra.get("config") or {}))
+    skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.")
+    diffs = [
+        f"{name} {old!r} -> {now.get(name)!r}"
+        for name, old in leaves(before)
+        if not name.startswith(skip) or name == "cluster.n_workers"
+        if old is not None and name in now and now[name] != old
+    ]
+    return ", ".join(diffs)
 
 
 @contextlib.contextmanager

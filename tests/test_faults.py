@@ -100,6 +100,23 @@ def test_resume_with_fewer_workers_replans_the_placement(tmp_path, monkeypatch):
         assert np.array_equal(got["momentum_buffer"], w)
 
 
+def test_a_resume_carries_the_history_and_says_what_it_changed(tmp_path):
+    """Resumed into its own folder, the run once overwrote the first 10 steps' history; with
+    another learning rate it said nothing of the change."""
+    import csv
+
+    first = _run(tmp_path, "run", "train.steps=10", "train.checkpoint_every=5")
+    assert first["events"] == []
+    again = _run(
+        tmp_path, "run", "train.steps=14", "train.lr=0.02", f"train.resume={tmp_path / 'run'}"
+    )
+    with open(tmp_path / "run" / "history.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(14))
+    (changed,) = [e for e in again["events"] if "other settings" in e]
+    assert "train.lr 0.05 -> 0.02" in changed and "optimizer.lr 0.05 -> 0.02" in changed
+    assert "train.steps" not in changed and "train.resume" not in changed
+
+
 def test_asgd_resumes_and_learns(tmp_path):
     _run(
         tmp_path,

@@ -304,6 +304,7 @@ def after_step(
                 "dataset": spec.dataset.get("name"),
                 "model": spec.model.get("name"),
                 "optimizer": spec.optimizer.get("_target_"),
+                "config": spec.extra.get("config"),  # what a resume says it changed
             }
             ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
             ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)

@@ -65,6 +65,9 @@ class TrainingLog:
         # direct transport: (step, phase, part) -> [latest start, latest stop] over ranks
         self._exchanges = defaultdict(lambda: [float("-inf"), float("-inf")])
         self.events: list[str] = []
+        #: a resumed run: the rows of the steps before the checkpoint, from its folder's
+        #: history.csv, carried into this run's (values as written there)
+        self.earlier: list[dict] = []
         self._stops: dict[int, float] = {}  # step -> when its last task record ended
         self._starts: dict[int, float] = {}  # step -> when its first task record started
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
@@ -152,7 +155,7 @@ class TrainingLog:
 
     def checkpointed(self, run_dir: Path) -> None:
         """Rewrite ``history.csv`` with every step so far, beside the new checkpoint."""
-        write_history(run_dir / "history.csv", self.history())
+        write_history(run_dir / "history.csv", self.earlier + self.history())
 
     def evaluation(self, step: int, accuracy: float, loss: float) -> None:
         self.rows.setdefault(step, {"step": step}).update(test_accuracy=accuracy, test_loss=loss)
