@@ -8,7 +8,9 @@ worker loads the dataset itself from ``dataset.path``.
 
 from __future__ import annotations
 
+import os
 import socket
+from collections import defaultdict
 from collections.abc import Mapping
 
 from dcoded.cluster import available_cores
@@ -25,7 +27,12 @@ def worker_facts(dataset: Mapping) -> dict:
                 f.read(1)
     except (DatasetError, OSError) as e:
         unreadable = str(e)
-    return {"host": socket.gethostname(), "cores": available_cores(), "unreadable": unreadable}
+    return {
+        "host": socket.gethostname(),
+        "cores": available_cores(),
+        "pid": os.getpid(),
+        "unreadable": unreadable,
+    }
 
 
 def check_workers(client, workers: list[str], dataset: Mapping) -> dict[str, dict]:
@@ -47,6 +54,7 @@ def check_workers(client, workers: list[str], dataset: Mapping) -> dict[str, dic
             "host": replies[w]["host"],
             "cores": replies[w]["cores"],
             "threads": threads[w]["nthreads"],
+            "pid": replies[w]["pid"],
         }
         for w in workers
     }
@@ -62,4 +70,29 @@ def thread_warning(facts: Mapping[str, Mapping]) -> str | None:
     return (
         f"{len(many)} of {len(facts)} workers run more than one thread ({listed}): the times "
         "assume one task at a time per worker; start workers with `dask worker --nthreads 1`"
+    )
+
+
+def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
+    """A line when a host runs more worker processes than it has cores: their computations
+    then take turns on the cores, and the times change from run to run.
+
+    >>> cores_warning({w: {"host": "n1", "cores": 2, "pid": i} for i, w in enumerate("abcd")})
+    '4 worker processes share the 2 cores of n1: their computations take turns and the times vary from run to run; at most 2 per host (cluster.n_workers) give times that do not'
+    >>> cores_warning({"a": {"host": "n1", "cores": 2, "pid": 1}}) is None
+    True
+    """  # noqa: E501
+    processes, cores = defaultdict(set), {}
+    for f in facts.values():
+        processes[f["host"]].add(f.get("pid"))
+        cores[f["host"]] = f["cores"]
+    over = sorted(h for h in processes if len(processes[h]) > cores[h])
+    if not over:
+        return None
+    host = over[0]
+    more = f" (and {len(over) - 1} other hosts)" if len(over) > 1 else ""
+    return (
+        f"{len(processes[host])} worker processes share the {cores[host]} cores of {host}{more}: "
+        "their computations take turns and the times vary from run to run; at most "
+        f"{cores[host]} per host (cluster.n_workers) give times that do not"
     )

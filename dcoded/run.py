@@ -29,7 +29,7 @@ from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
-from dcoded.preflight import check_workers, thread_warning
+from dcoded.preflight import check_workers, cores_warning, thread_warning
 from dcoded.results import ERROR_FILE
 from dcoded.settings import leaves
 from dcoded.summary import make_summary, write_outputs, write_summary
@@ -198,10 +198,10 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
     facts = ctx.bounded(
         "asking the workers", check_workers, session.client, session.workers, ctx.spec.dataset
     )
-    warning = thread_warning(facts)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
-        ctx.log.note(warning)
+    for warning in (thread_warning(facts), cores_warning(facts)):
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+            ctx.log.note(warning)
     kind = "netem" if cluster.get("netem") else session.kind
     return {
         "kind": kind,

@@ -137,6 +137,10 @@ def test_default_experiment_on_worker_processes(tmp_path):
     assert cdc["final"]["test_accuracy"] >= 0.90
     assert cdc["environment"]["cluster"] == "local" and len(cdc["environment"]["workers"]) == 4
     assert all(w.startswith("tcp://127.0.0.1:") for w in cdc["environment"]["workers"])
+    # four worker processes on fewer cores take turns on them: said, once
+    shared = cdc["environment"]["cores"] < 4
+    assert ("worker processes share" in result.stderr) == shared, result.stderr
+    assert sum("worker processes share" in e for e in cdc["events"]) == shared
     result = _cli("algorithm=serial", "progress=false", f"hydra.run.dir={tmp_path / 'serial'}")
     assert result.returncode == 0, result.stderr
     serial = json.loads((tmp_path / "serial" / "summary.json").read_text())
