@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from dcoded.coding import Placement, bounds, hybrid_plan
+from dcoded.coding.helptext import help_text
 from dcoded.coding.messages import step_messages
 from dcoded.results import PHASES, load_sweep
 
@@ -377,7 +378,8 @@ def run_sweep(args: list[str], out: Path) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dcoded.bench",
-        description=__doc__.split("\n\n")[1],
+        description=help_text(__doc__.split("\n\n")[1]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="A flag left out keeps the value of conf/experiment/bench.yaml (shown in brackets).",
     )
     p.add_argument("--read", nargs="+", type=Path, metavar="SWEEP_DIR", help="only read these")

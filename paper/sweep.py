@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from dcoded.coding.helptext import help_text
 from paper import cache, paths
 from paper.cache import COMPLETE, SKIPPED
 
@@ -195,7 +196,7 @@ def _needs_netem(dest: Path, experiment: str, note: str | None, check: bool) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m paper.sweep", description=__doc__.split("\n")[0]
+        prog="python -m paper.sweep", description=help_text(__doc__.split("\n")[0])
     )
     parser.add_argument("--size", choices=paths.SIZES, default="small")
     parser.add_argument("--mnist", default=None, help="a folder with the four MNIST IDX files")

@@ -270,3 +270,14 @@ def test_the_docs_stand_on_their_own():
         if re.search(r"\bDESIGN\b|DESIGN\.md|MEASUREMENTS", p.read_text())
     ]
     assert cited == []
+
+
+@pytest.mark.parametrize(
+    "module", ["dcoded.bench", "dcoded.coding", "dcoded.coding.covering", "paper.sweep"]
+)
+def test_help_is_plain_text_without_the_docstrings_markup(module):
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "``" not in done.stdout and ":func:" not in done.stdout

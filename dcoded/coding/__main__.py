@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dcoded.coding.helptext import help_text
 from dcoded.coding.hybrid import hybrid_plan
 from dcoded.coding.loads import exchange_table, load_table, step_bounds
 
@@ -120,7 +121,11 @@ def format_bounds(n_workers: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dcoded.coding", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m dcoded.coding",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workers", "-K", type=int, default=4, help="number of workers K")
     parser.add_argument("--group-size", "-g", type=int, default=None, help="group size g")
     parser.add_argument("--params", "-d", type=int, default=None, help="print bytes for d")

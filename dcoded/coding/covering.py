@@ -34,6 +34,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
+from dcoded.coding.helptext import help_text
 from dcoded.coding.placement import Subset, subsets
 
 TABLE = Path(__file__).with_name("family_table.py")
@@ -258,7 +259,11 @@ def read_table(path: Path = TABLE) -> dict[tuple[int, int, int], dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dcoded.coding.covering", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m dcoded.coding.covering",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--max-g", type=int, default=9, help="largest cluster size n")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per stage")
     parser.add_argument("--out", type=Path, default=TABLE)
