@@ -1,8 +1,8 @@
 """Side-by-side benchmark: ``python -m dcoded.bench`` (or ``make bench``).
 
 On one emulated cluster (``cluster=netem``; ``--cluster local`` where there is no root) it runs
-``ssgd``, ``asgd``, ``ddp`` and ``cdc`` at every redundancy (coded, and uncoded and summed where
-they differ), over each transport, for each model, on MNIST-sized synthetic data, then prints
+``ssgd``, ``asgd``, ``ddp`` and ``cdc`` at every redundancy (coded, and uncoded, summed and hybrid
+where they differ), over each transport, for each model, on MNIST-sized synthetic data, then prints
 its table: time per batch and per phase, each exchange phase beside its bound on the run's
 topology, bytes per worker (measured multicast and unicast, what the transport moved, wire)
 beside the closed forms, and every time as a ratio to ``ssgd`` and to ``ddp`` measured in the
@@ -85,6 +85,46 @@ COLUMNS = [
     "wire",
     "test_accuracy",
 ]
+
+
+#: What ``bench.md`` shows, of :data:`COLUMNS` (``bench.csv`` and ``bench.json`` have them
+#: all); a column no row has a value in is left out of it too.
+SHOWN = [
+    "topology",
+    "model",
+    "algorithm",
+    "r",
+    "shuffle",
+    "transport",
+    "straggle",
+    "s",
+    "step_ms",
+    "p95_ms",
+    "vs_clean",
+    "vs_ssgd",
+    "vs_ddp",
+    "comm_bound_ms",
+    "map_ms",
+    "shuffle_ms",
+    "shuffle_x",
+    "params_ms",
+    "params_x",
+    "unicast",
+    "theory_unicast",
+    "test_accuracy",
+]
+
+#: Below the table: what its ratios to the bounds say, and what they do not.
+NOTES = (
+    "shuffle_x, params_x: the phase's time over its bound on the run's topology (the least "
+    "time its bytes need on those links). With transport.overlap=true (the default) a message "
+    "leaves as soon as its sub-batches are computed, inside map: part of the exchange is done "
+    "before the shuffle phase starts, so shuffle_x can be below 1 (set transport.overlap=false "
+    "to time the whole exchange against its bound). ddp's shuffle is its all-reduce window, "
+    "which runs inside its backward pass: it overlaps map_ms, which includes it. csv and json "
+    "have every column (phases encode, decode and update, mean_ms, bytes multicast, params, "
+    "dask, moved and wire)."
+)
 
 
 def _ints(text: str | None) -> list[int] | None:
@@ -261,9 +301,10 @@ def markdown(rows: list[dict], header: str) -> str:
             return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
         return str(v)
 
-    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in COLUMNS) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    shown = [c for c in SHOWN if any(r.get(c) is not None for r in rows)]
+    lines = [header, "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in shown) + " |" for r in rows]
+    return "\n".join([*lines, "", NOTES]) + "\n"
 
 
 def _order(rows: list[dict]):

@@ -315,6 +315,9 @@ def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
     assert b["dask_transfer"] == 0
     assert b["allreduced"] == pytest.approx(4 * ddp["n_params"])  # every gradient, once a step
     assert ddp["final"]["test_accuracy"] is not None
+    # the all-reduce is timed: its window lies inside map's forward and backward
+    t = ddp["time_s"]
+    assert t["shuffle"] is not None and 0 < t["shuffle"] <= t["map"]
     # the accuracy curve too: rank 0's θ after every eval_every steps, evaluated by the driver
     curves = [
         {

@@ -87,12 +87,20 @@ def ddp_train(
 
 def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
     model = DistributedDataParallel(replica.model)
-    reduced = [0]
+    # bytes all-reduced this step, and the all-reduce's window: first bucket launched, last done
+    reduced = [0, None, 0.0]
 
-    def count_buckets(state, bucket):  # the default all-reduce, with its bucket sizes counted
+    def count_buckets(state, bucket):  # the default all-reduce, counted and timed
         reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
+        if reduced[1] is None:
+            reduced[1] = time.time()
         buf = bucket.buffer().div_(dist.get_world_size())
-        return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+        def done(fut):
+            reduced[2] = max(reduced[2], time.time())
+            return fut.value()[0]
+
+        return dist.all_reduce(buf, async_op=True).get_future().then(done)
 
     model.register_comm_hook(None, count_buckets)
     optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
@@ -138,7 +146,11 @@ def _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttled) ->
             allreduced=reduced[0],
         )
         registry.record(run_id, step=step, rank=rank, phase="update", start=t1, stop=t2)
-        reduced[0] = 0
+        if reduced[1] is not None:  # the exchange, inside the backward of map (it overlaps it)
+            registry.record(
+                run_id, step=step, rank=rank, phase="shuffle", start=reduced[1], stop=reduced[2]
+            )
+        reduced[:] = [0, None, 0.0]
         if rank == 0 and spec.eval_every and (step + 1) % spec.eval_every == 0:
             snapshots[step] = replica.theta  # a copy of d floats: tens of microseconds
     theta = replica.theta if rank == 0 else None
