@@ -71,3 +71,32 @@ def test_the_readme_example_piped_to_python(tmp_path):
         [sys.executable, "-"], input=readme_example(), cwd=tmp_path, capture_output=True, text=True
     )
     _check_run(result, tmp_path)
+
+
+def test_run_shows_its_own_parameters():
+    """``dcoded.run`` is a callable module: notebooks showed ``(*args, **kwargs)``."""
+    import inspect
+
+    from dcoded import run
+
+    assert inspect.signature(run) == inspect.signature(run.run)
+    assert list(inspect.signature(run).parameters)[:2] == ["cfg", "out_dir"]
+
+
+@pytest.mark.slow
+def test_the_readme_example_with_a_cluster_of_ones_own(tmp_path):
+    """The README's second block: a script that builds its own LocalCluster, with the guard
+    it needs, runs several configs on it (fewer steps here)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### From Python or a notebook") :]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    assert 'if __name__ == "__main__":' in code and "client=client" in code
+    code = code.replace('f"coding.redundancy={r}"', 'f"coding.redundancy={r}", "train.steps=5"')
+    code = code.replace("run(compose_config", "print(run(compose_config")
+    code = code.replace("client=client)", 'client=client)["param_sha256"])')
+    (tmp_path / "mine.py").write_text(code)
+    done = subprocess.run(
+        [sys.executable, "mine.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len([ln for ln in done.stdout.splitlines() if len(ln) == 64]) == 3, done.stdout

@@ -289,6 +289,11 @@ def test_a_multirun_shares_one_emulated_cluster_and_retunes_it(tmp_path):
     assert len({s["param_sha256"] for s in summaries}) == 1
     assert [p.name for p in tmp_path.glob("*/scheduler.log")] == ["scheduler.log"]
     assert netem.stale_namespaces() == []
+    # each job's table once (its driver inside the network printed it too, once), and the
+    # cluster as the job was given it, not the driver's own
+    assert result.stdout.count("  param_sha256 ") == 2, result.stdout
+    assert [s["config"]["cluster"]["kind"] for s in summaries] == ["netem", "netem"]
+    assert [s["config"]["cluster"]["bandwidth_mbit"] for s in summaries] == [200, 40]
 
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
