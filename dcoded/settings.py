@@ -281,7 +281,11 @@ def check_settings(c: Mapping) -> None:
             continue
         if value == MISSING:
             raise ConfigError(f"{name} is not set: it must be {setting.accepts}")
-        setting.check(GROUP_CHOICES.get(name, name), value)
+        if name in GROUP_CHOICES and not setting.test(value):  # a group's option
+            raise ConfigError(
+                f"{GROUP_CHOICES[name]}={value!r} is not known: choose {setting.accepts}"
+            )
+        setting.check(name, value)
 
 
 def names(group: str) -> list[str]:

@@ -134,3 +134,29 @@ def test_the_command_line_says_one_line_and_no_traceback(override, tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "name,text,needle",
+    [
+        ("nothere.yaml", None, "cannot read the config"),
+        ("broken.yaml", "a: [", "is not valid YAML"),
+        ("broken.json", "{", "is not valid JSON"),
+        ("list.json", "[1, 2]", "holds no mapping of settings"),
+        ("seed.yaml", "train:\n  seed: abc\n", "train.seed='abc'"),
+    ],
+)
+def test_a_saved_config_that_cannot_be_read_is_one_line(tmp_path, capsys, name, text, needle):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    assert dcoded.run.main([str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0], err
+    assert needle in (tmp_path / "out" / "error.txt").read_text()
+
+
+def test_every_experiment_at_every_size_passes_the_check():
+    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        for size in ("small", "full"):
+            check_settings(plain(compose_config([f"experiment={path.stem}", f"size={size}"])))

@@ -220,7 +220,7 @@ class Progress:
     def __init__(self, total: int, desc: str, initial: int = 0):
         self.total, self.desc, self.initial = total, desc, initial
         self._bar, self._postfix = None, {}
-        self._lines = not (sys.stderr.isatty() or "ipykernel" in sys.modules)
+        self._lines = not (sys.stderr.isatty() or _in_notebook())
         self._done = initial
 
     def update(self, n: int = 1) -> None:
@@ -247,6 +247,14 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _in_notebook() -> bool:
+    """Whether this is a Jupyter kernel (where tqdm draws a widget), not merely a process
+    that imported IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 #: Steps between two drains of the workers' records.
