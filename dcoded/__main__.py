@@ -31,6 +31,7 @@ def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     out_dir = hydra_cfg.runtime.output_dir
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    Path(out_dir, ERROR_FILE).unlink(missing_ok=True)  # an earlier run's, in the same folder
     try:
         # the jobs of a multirun share one emulated cluster (built once, removed at exit)
         summary = run(cfg, out_dir=out_dir, reuse_network=multirun)
@@ -53,9 +54,9 @@ def app(cfg: DictConfig) -> float | None:
             raise
         print(trace, file=sys.stderr)
         return _failed(multirun, out_dir, f"{type(e).__name__}: {e}\n\n{trace}", 1)
-    log = logging.getLogger("dcoded")  # printed, and written into the run's dcoded.log
-    log.info(format_results(summary))
-    log.info(f"  outputs: {out_dir}")
+    table = f"{format_results(summary)}\n  outputs: {out_dir}"
+    logging.getLogger("dcoded.log_only").info(table)  # into the run's dcoded.log, first
+    print(table)
     return summary["final"]["test_accuracy"]
 
 

@@ -58,7 +58,7 @@ def save(run_dir: Path, ckpt: Checkpoint) -> Path:
     arrays = {"theta": np.asarray(ckpt.theta, "<f4"), "step": np.int64(ckpt.step)}
     arrays |= {f"opt.{k}": np.asarray(v) for k, v in ckpt.optimizer.items()}
     meta = {"format": FORMAT, **ckpt.meta}
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    arrays["meta"] = np.frombuffer(json.dumps(meta, default=str).encode(), dtype=np.uint8)
     final, tmp = run_dir / FILE, run_dir / (FILE + ".tmp")
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)

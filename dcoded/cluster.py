@@ -131,7 +131,10 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                 client = Client(cluster)
                 stack.callback(_close, client)
         else:
-            _refused_at_once(cfg["address"])
+            if "given" not in cfg:  # the netem driver's scheduler was just started: wait for it
+                _refused_at_once(
+                    cfg["address"], min(REFUSED_GRACE_S, cfg.get("connect_timeout_s", 10))
+                )
             try:
                 client = Client(
                     cfg["address"],
@@ -151,11 +154,17 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
         )
 
 
-def _refused_at_once(address: str) -> None:
-    """A ``ClusterError`` at once where nothing listens at a TCP or TLS ``address`` (the host
-    answers, refusing the port): ``Client`` would retry for its whole connect timeout. A host
-    that does not answer is left to that timeout (a scheduler may be starting)."""
+#: How long a refused connection to ``cluster.address`` is tried again (a scheduler that was
+#: started a moment ago) before the run fails; ``Client`` would retry for its whole timeout.
+REFUSED_GRACE_S = 3.0
+
+
+def _refused_at_once(address: str, grace_s: float) -> None:
+    """A ``ClusterError`` where nothing listens at a TCP or TLS ``address`` for ``grace_s``
+    seconds (the host answers, refusing the port): ``Client`` would retry for its whole
+    connect timeout. A host that does not answer is left to that timeout."""
     import socket
+    import time
 
     from distributed.comm import parse_address, parse_host_port
 
@@ -166,15 +175,20 @@ def _refused_at_once(address: str) -> None:
         return  # Client says what is wrong with it
     if scheme not in ("tcp", "tls"):
         return
-    try:
-        socket.create_connection((host, port), timeout=1.0).close()
-    except ConnectionRefusedError:
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at cluster.address={address}: nothing listens "
-            f"on port {port} of {host} (connection refused)"
-        ) from None
-    except OSError:
-        return
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"cannot reach the Dask scheduler at cluster.address={address}: nothing "
+                    f"listens on port {port} of {host} (connection refused for {grace_s:g} s)"
+                ) from None
+            time.sleep(0.2)
+        except OSError:
+            return
 
 
 @contextlib.contextmanager

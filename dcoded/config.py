@@ -10,11 +10,13 @@ data, and a checkpoint to resume from; every refusal is a :class:`~dcoded.errors
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dcoded.checkpoint import Checkpoint, slice_state
 from dcoded.checkpoint import load as load_checkpoint
@@ -66,10 +68,29 @@ def plain(cfg: Mapping) -> dict:
 
     >>> plain(OmegaConf.create({"a": 1, "b": "${a}"}))
     {'a': 1, 'b': 1}
+    >>> plain(OmegaConf.create({"a": "${nope}"}))
+    Traceback (most recent call last):
+    ...
+    dcoded.errors.ConfigError: the config cannot be resolved: Interpolation key 'nope' not found
     """
     if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    return dict(cfg)
+        try:
+            out = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(f"the config cannot be resolved: {first}") from None
+    else:
+        out = dict(cfg)
+    return _no_paths(out)  # type: ignore[return-value]
+
+
+def _no_paths(value):
+    """``pathlib`` values (a notebook's ``cfg.dataset.path = Path(...)``) as strings."""
+    if isinstance(value, Mapping):
+        return {k: _no_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_paths(v) for v in value]
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:

@@ -31,6 +31,7 @@ def worker_facts(dataset: Mapping) -> dict:
         "host": socket.gethostname(),
         "cores": available_cores(),
         "pid": os.getpid(),
+        "cpus": _cpus(),
         "unreadable": unreadable,
     }
 
@@ -54,7 +55,9 @@ def check_workers(client, workers: list[str], dataset: Mapping) -> dict[str, dic
             "host": replies[w]["host"],
             "cores": replies[w]["cores"],
             "threads": threads[w]["nthreads"],
-            "pid": replies[w]["pid"],
+            # a worker of an older dcoded (cluster=address) does not say
+            "pid": replies[w].get("pid"),
+            "cpus": replies[w].get("cpus"),
         }
         for w in workers
     }
@@ -73,19 +76,34 @@ def thread_warning(facts: Mapping[str, Mapping]) -> str | None:
     )
 
 
-def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
-    """A line when a host runs more worker processes than it has cores: their computations
-    then take turns on the cores, and the times change from run to run.
+def _cpus() -> list[int] | None:
+    """The CPUs this process may run on (``None`` where the OS does not say)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
 
-    >>> cores_warning({w: {"host": "n1", "cores": 2, "pid": i} for i, w in enumerate("abcd")})
+
+def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
+    """A line when a host runs more worker processes than the CPUs they may run on together:
+    their computations then take turns, and the times change from run to run. Processes are
+    told apart by pid (in-process workers are one process), CPUs by the union of the
+    workers' affinities (one worker pinned per core is not warned of).
+
+    >>> four = {w: {"host": "n1", "cores": 2, "pid": i, "cpus": [0, 1]} for i, w in enumerate("abcd")}
+    >>> cores_warning(four)
     '4 worker processes share the 2 cores of n1: their computations take turns and the times vary from run to run; at most 2 per host (cluster.n_workers) give times that do not'
+    >>> cores_warning({w: {"host": "n1", "cores": 1, "pid": i, "cpus": [i]} for i, w in enumerate("ab")})
     >>> cores_warning({"a": {"host": "n1", "cores": 2, "pid": 1}}) is None
     True
     """  # noqa: E501
-    processes, cores = defaultdict(set), {}
+    processes, cpus, cores = defaultdict(set), defaultdict(set), defaultdict(int)
     for f in facts.values():
-        processes[f["host"]].add(f.get("pid"))
-        cores[f["host"]] = f["cores"]
+        if f.get("pid") is None:  # an older dcoded's worker: not known
+            continue
+        processes[f["host"]].add(f["pid"])
+        cpus[f["host"]].update(f.get("cpus") or [])
+        cores[f["host"]] = max(cores[f["host"]], len(cpus[f["host"]]) or f["cores"])
     over = sorted(h for h in processes if len(processes[h]) > cores[h])
     if not over:
         return None

@@ -26,7 +26,10 @@ NOT_A_CHECKOUT = "not a git checkout"
 def git(*args: str, cwd: Path) -> str | None:
     """``git args`` in ``cwd``: its output, or ``None`` if it failed or git is not here."""
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        # a checkout of another user (the emulated network's driver runs as root) is still
+        # read; no optional locks: a status taken while the user commits must not block it
+        safe = ["-c", f"safe.directory={Path(cwd).resolve()}", "--no-optional-locks"]
+        done = subprocess.run(["git", *safe, *args], cwd=cwd, capture_output=True, text=True)
     except OSError:
         return None
     return done.stdout if done.returncode == 0 else None

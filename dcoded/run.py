@@ -163,10 +163,11 @@ def resume_changes(resume, spec) -> str:
     of the settings a resume may change; ``""`` if nothing."""
     before = resume.meta.get("config")
     if before is None:  # a checkpoint of an older dcoded: its few recorded settings
+        placed = resume.meta.get("algorithm") in ("cdc", "serial")
         before = {
             "algorithm": {"name": resume.meta.get("algorithm")},
             "cluster": {"n_workers": resume.meta.get("n_workers")},
-            "coding": {"redundancy": resume.meta.get("redundancy")},
+            "coding": {"redundancy": resume.meta.get("redundancy") if placed else None},
         }
     now = dict(leaves(spec.extra.get("config") or {}))
     skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.")
@@ -273,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m dcoded.run CONFIG OUT_DIR [--no-table]", file=sys.stderr)
         return 2
+    Path(args[1], ERROR_FILE).unlink(missing_ok=True)  # an earlier run's, in the same folder
     try:
         cfg = _read_config(Path(args[0]))
         summary = run(cfg, out_dir=args[1])

@@ -26,6 +26,7 @@ dcoded.errors.ConfigError: train.lerning_rate is not a setting of dcoded (the se
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -112,8 +113,11 @@ def choice(*options, null: str | None = None) -> Setting:
 
 
 def text(null: str | None = None) -> Setting:
-    s = Setting("a string", lambda v: isinstance(v, str) and v != MISSING and v != "")
-    return _or_null(s, null) if null else s
+    """A non-empty string; with ``null``, also null or ``""`` (both mean unset)."""
+    s = Setting("a non-empty string", lambda v: isinstance(v, str) and v not in (MISSING, ""))
+    if null:
+        return Setting(f"a string, or null ({null})", lambda v: v in (None, "") or s.test(v))
+    return s
 
 
 def integers(low: int = 1, nonempty: bool = False) -> Setting:
@@ -191,7 +195,12 @@ SETTINGS: dict[str, Setting] = {
     "cluster.processes": flag(),
     "cluster.torch_threads": integer(1),
     "cluster.dashboard": flag(),
-    "cluster.log_level": choice("debug", "info", "warning", "error", "critical"),
+    "cluster.log_level": Setting(
+        "one of debug, info, warning, error, critical (any case)",
+        lambda v: (
+            isinstance(v, str) and v.lower() in ("debug", "info", "warning", "error", "critical")
+        ),
+    ),
     "cluster.start_method": choice("forkserver", "spawn", "fork"),
     "cluster.connect_timeout_s": number(0, above=True, unit="seconds"),
     "cluster.tls.ca_file": text(null="no TLS"),
@@ -223,7 +232,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "straggle.p": Setting("a probability in [0, 1]", lambda v: _is_number(v) and 0 <= v <= 1),
     "straggle.stall_ms": number(0, unit="ms"),
-    "straggle.mean_ms": number(0, unit="ms"),
+    "straggle.mean_ms": number(0, above=True, unit="ms"),
     # optimizer: these, and any other keyword the torch optimizer takes
     "optimizer._target_": text(),
     "optimizer._partial_": Setting(
@@ -233,7 +242,7 @@ SETTINGS: dict[str, Setting] = {
     "optimizer.momentum": number(0),
     "optimizer.dampening": number(0),
     "optimizer.weight_decay": number(0),
-    "optimizer.eps": number(0, above=True),
+    "optimizer.eps": number(0),
     "optimizer.betas": Setting("two numbers in [0, 1)", _betas),
     "optimizer.nesterov": flag(),
     "optimizer.amsgrad": flag(),
@@ -267,11 +276,15 @@ def check_settings(c: Mapping) -> None:
     """Refuse the first leaf of the plain config ``c`` whose type or range does not fit, and
     any key of dcoded's groups that is not a setting, with one :class:`ConfigError` line."""
     model = (c.get("model") or {}).get("name")
+    internal = "given" in (c.get("cluster") or {})  # the emulated network's driver
     for name, value in leaves(c):
-        if name.startswith(INTERNAL):
+        if internal and name.startswith(INTERNAL):
             continue
-        setting = BY_MODEL.get(model) if name == "model.hidden" else SETTINGS.get(name)
         group = name.split(".")[0]
+        near = difflib.get_close_matches(group, [*GROUPS, "optimizer", "progress"], 1, 0.8)
+        if near and near[0] != group:  # +trian.lr=0.1: not the user's own key, a typo
+            raise ConfigError(f"{name} is not a setting of dcoded: did you mean {near[0]}?")
+        setting = BY_MODEL.get(model) if name == "model.hidden" else SETTINGS.get(name)
         if setting is None and group in GROUPS:
             raise ConfigError(
                 f"{name} is not a setting of dcoded (the settings of {group}: "

@@ -1,8 +1,8 @@
 """The run's summary: ``summary.json`` (what a run measured beside the closed forms, and
 where it ran), ``history.csv`` and ``theta.npy``, and the short table printed at the end.
 
-``docs/measurement.md`` defines every key of ``summary.json``; :mod:`dcoded.results` reads
-them back for sweeps.
+``docs/measurement.md`` defines the numbers of ``summary.json`` (the README lists what else it
+holds); :mod:`dcoded.results` reads them back for sweeps.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def write_summary(out_dir: Path, summary: dict) -> None:
     """``summary.json``, written to a temporary name then renamed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")  # a user's own values too
     tmp.replace(out_dir / "summary.json")
 
 

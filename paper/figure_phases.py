@@ -3,7 +3,8 @@
 Reads ``paper_phases`` (cdc at every r) and ``paper_time`` (ssgd, asgd, ddp): medians per step
 of map, encode, shuffle, decode, update and the parameter distribution (``params``), and what
 none of them covers (``other``: scheduling, waits; :func:`dcoded.plots.unaccounted`). ddp's
-all-reduce runs inside its backward pass, so its whole step shows as ``map``.
+all-reduce (its ``shuffle``) runs inside its backward pass: its ``map`` shows what is left of
+the forward and backward passes beside it (:func:`dcoded.plots.stacked`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def compute(results: Path, size: str) -> list[dict]:
                     "run": r.label,
                     "step_ms": 1e3 * t["step_median"],
                     **{
-                        f"{p}_ms": 1e3 * t[p] if t.get(p) is not None else None
+                        f"{p}_ms": 1e3 * plots.stacked(r.summary)[p]
+                        if t.get(p) is not None
+                        else None
                         for p in plots.PHASES
                     },
                     "other_ms": 1e3 * plots.unaccounted(r.summary),

@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 import dcoded
+import dcoded.run
+from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,3 +103,17 @@ def test_the_readme_example_with_a_cluster_of_ones_own(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert len([ln for ln in done.stdout.splitlines() if len(ln) == 64]) == 3, done.stdout
+
+
+def test_the_users_own_keys_reach_the_summary(tmp_path):
+    summary = dcoded.run.run(tiny_config("+tag=baseline"), out_dir=tmp_path)
+    assert summary["config"]["tag"] == "baseline"
+    assert '"tag": "baseline"' in (tmp_path / "summary.json").read_text()
+
+
+def test_a_rerun_into_the_same_folder_drops_the_last_error(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "error.txt").write_text("an earlier run's error\n")
+    (tmp_path / "cfg.yaml").write_text(OmegaConf.to_yaml(tiny_config()))
+    assert dcoded.run.main([str(tmp_path / "cfg.yaml"), str(tmp_path / "out")]) == 0
+    assert not (tmp_path / "out" / "error.txt").exists()

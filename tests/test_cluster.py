@@ -110,6 +110,31 @@ def test_a_refused_port_fails_at_once_not_after_the_connect_timeout(monkeypatch)
         dcoded.run.run(cfg)
 
 
+def test_a_scheduler_that_binds_a_moment_later_is_waited_for():
+    """A scheduler started just before the run (``dask scheduler &`` in a batch script)
+    refuses its port for a moment: that is not failed at once."""
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def bind_later():
+        threading.Event().wait(1.0)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+
+    late = threading.Thread(target=bind_later)
+    late.start()
+    try:
+        dcoded.cluster._refused_at_once(f"tcp://127.0.0.1:{port}", grace_s=10)
+    finally:
+        late.join()
+        listener.close()
+
+
 def test_incomplete_tls_settings_fail_before_connecting(tmp_path):
     cert = tmp_path / "cert.pem"
     cert.write_text("x")

@@ -160,3 +160,39 @@ def test_every_experiment_at_every_size_passes_the_check():
     for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
         for size in ("small", "full"):
             check_settings(plain(compose_config([f"experiment={path.stem}", f"size={size}"])))
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("+trian.lr=0.1", "trian.lr is not a setting of dcoded: did you mean train?"),
+        ("+progres=false", "progres is not a setting of dcoded: did you mean progress?"),
+        ("+cluster.wire=1", "cluster.wire is not a setting of dcoded"),  # the netem driver's own
+        ("train.lr=${nope}", "the config cannot be resolved: Interpolation key 'nope' not found"),
+        ("+straggle.mean_ms=0", "straggle.mean_ms=0 is not allowed: it must be a number > 0"),
+    ],
+)
+def test_typos_internal_keys_and_broken_interpolations_are_one_line(override, needle):
+    with pytest.raises(ConfigError) as err:
+        build_spec(compose_config([override]))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["cluster.log_level=WARNING"],
+        ["optimizer=adam", "optimizer.eps=0"],
+        ["dataset.path=''"],
+        ["train.resume=''"],
+    ],
+)
+def test_values_the_code_takes_are_not_refused(overrides):
+    build_spec(compose_config(overrides))
+
+
+def test_path_values_from_a_notebook_are_taken_as_strings(tmp_path):
+    cfg = compose_config(["dataset=synthetic", "dataset.n_samples=200", "dataset.n_test=20"])
+    cfg.dataset.path = tmp_path  # a pathlib.Path, as a notebook sets it
+    assert plain(cfg)["dataset"]["path"] == str(tmp_path)
+    build_spec(cfg)

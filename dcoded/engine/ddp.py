@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import os
 import socket
+import threading
 import time
 from urllib.parse import urlparse
 
@@ -89,15 +90,18 @@ def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
     model = DistributedDataParallel(replica.model)
     # bytes all-reduced this step, and the all-reduce's window: first bucket launched, last done
     reduced = [0, None, 0.0]
+    lock = threading.Lock()  # gloo runs the futures' callbacks on threads of its own
 
     def count_buckets(state, bucket):  # the default all-reduce, counted and timed
-        reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
-        if reduced[1] is None:
-            reduced[1] = time.time()
+        with lock:
+            reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
+            if reduced[1] is None:
+                reduced[1] = time.time()
         buf = bucket.buffer().div_(dist.get_world_size())
 
         def done(fut):
-            reduced[2] = max(reduced[2], time.time())
+            with lock:
+                reduced[2] = max(reduced[2], time.time())
             return fut.value()[0]
 
         return dist.all_reduce(buf, async_op=True).get_future().then(done)

@@ -254,7 +254,7 @@ def _in_notebook() -> bool:
     that imported IPython."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
-    return type(shell).__name__ == "ZMQInteractiveShell"
+    return any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)  # Colab's too
 
 
 #: Steps between two drains of the workers' records.
