@@ -10,6 +10,7 @@ data, and a checkpoint to resume from; every refusal is a :class:`~dcoded.errors
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections import defaultdict
@@ -147,6 +148,8 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         check_layout(n_workers, r, g, names=CONFIG_NAMES)
         placement = Placement(n_workers, r, g)
         if uses_placement:
+            _check_size(placement)
+        if uses_placement:
             placement.check_batch(batch, names=CONFIG_NAMES)
         if uses_placement and shuffle == "hybrid":
             m = coding.get("hybrid_m")
@@ -247,6 +250,23 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
                 f"train.steps={spec.steps}: nothing left to run (raise train.steps)"
             )
     return spec, reference, resume
+
+
+#: The most sub-batches (``C(g, r)``) and groups (``C(g, r + 1)``) a layout may have: every
+#: step enumerates them, and the hybrid shuffle's plan more (a layout past this would fill the
+#: memory before the first step; the paper's largest, K = 16, has 12,870).
+MAX_SETS = 1_000_000
+
+
+def _check_size(placement: Placement) -> None:
+    g, r = placement.g, placement.redundancy
+    most = max(math.comb(g, r), math.comb(g, min(r + 1, g)))
+    if most > MAX_SETS:
+        raise ConfigError(
+            f"coding.redundancy={r} with a group of {g} workers makes {most:,} sub-batches or "
+            f"groups a step; at most {MAX_SETS:,} are supported (a smaller r, r near g, or "
+            "coding.group_size)"
+        )
 
 
 def _as_given(c: Mapping) -> dict:

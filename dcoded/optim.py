@@ -9,6 +9,7 @@ everywhere, which bit-exactness needs.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -66,7 +67,28 @@ class SegmentOptimizer:
 
 
 def check_optimizer(cfg: Mapping) -> None:
-    """Build the optimizer once on a dummy tensor so a bad config fails before any cluster."""
+    """Refuse a ``_target_`` that is not a ``torch.optim`` optimizer class, before anything is
+    called (a config must not run any callable it names), then build the optimizer once on a
+    dummy tensor so a bad config fails before any cluster.
+
+    >>> check_optimizer({"_target_": "pathlib.Path.touch", "_partial_": True})
+    Traceback (most recent call last):
+    ...
+    ValueError: optimizer._target_='pathlib.Path.touch' is not allowed: it must name a torch.optim optimizer, such as torch.optim.SGD or torch.optim.Adam
+    """  # noqa: E501
+    target = cfg.get("_target_")
+    module, _, name = str(target).rpartition(".")
+    found = None
+    if module == "torch.optim" or module.startswith("torch.optim."):
+        try:  # torch's own modules only
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            found = None
+    if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):
+        raise ValueError(
+            f"optimizer._target_={target!r} is not allowed: it must name a torch.optim "
+            "optimizer, such as torch.optim.SGD or torch.optim.Adam"
+        )
     try:
         SegmentOptimizer(np.zeros(1, np.float32), cfg)
     except Exception as e:  # instantiate wraps every failure; show its one-line reason

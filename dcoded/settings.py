@@ -285,6 +285,11 @@ def check_settings(c: Mapping) -> None:
         if near and near[0] != group:  # +trian.lr=0.1: not the user's own key, a typo
             raise ConfigError(f"{name} is not a setting of dcoded: did you mean {near[0]}?")
         setting = BY_MODEL.get(model) if name == "model.hidden" else SETTINGS.get(name)
+        if group == "optimizer" and name.count(".") > 1:  # a config inside: instantiate runs it
+            raise ConfigError(
+                f"{name} is not allowed: the optimizer's settings are plain values (no config "
+                "with a _target_ inside)"
+            )
         if setting is None and group in GROUPS:
             raise ConfigError(
                 f"{name} is not a setting of dcoded (the settings of {group}: "

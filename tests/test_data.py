@@ -416,6 +416,59 @@ def test_cifar_rejects_disallowed_globals_without_running_them(tmp_path, payload
     assert not marker.exists()
 
 
+class _Crafted:
+    """A pickle that hands numpy's reconstruction helpers a state of its own choosing."""
+
+    def __init__(self, func, args, state):
+        self.reduced = (func, args, state)
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _crafted_batches():
+    from numpy._core.multiarray import _reconstruct
+
+    labels = list(range(10))
+    rows = np.zeros((10, 3072), np.uint8)
+    # a dtype that BUILD turns into one with an object field (what crashed the reader)
+    fields = _Crafted(
+        np.dtype, ("V8", False, True), (3, "|", None, ("a",), {"a": (np.dtype("O"), 0)}, 8, 1, 0)
+    )
+    u1_fields = _Crafted(
+        np.dtype, ("u1", False, True), (3, "|", None, ("a",), {"a": (np.dtype("u1"), 0)}, 1, 1, 0)
+    )
+    # raw bytes that do not fill the shape they claim
+    short = _Crafted(
+        _reconstruct, (np.ndarray, (0,), b"b"), (1, (10, 3072), np.dtype("u1"), False, b"\0" * 5)
+    )
+    return {
+        "object array": ({b"data": np.array([None] * 10, dtype=object), b"labels": labels}, "'O8'"),
+        "object field": ({b"data": fields, b"labels": labels}, "'V8'"),
+        "u1 given fields": ({b"data": u1_fields, b"labels": labels}, "fields"),
+        "short bytes": ({b"data": short, b"labels": labels}, "in 5 bytes"),
+        "structured": ({b"data": np.zeros(10, [("a", "u1")]), b"labels": labels}, "'V1'"),
+        "rows then fine": ({b"data": rows, b"labels": labels}, None),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_crafted_batches()))
+def test_a_crafted_cifar_pickle_is_one_line_and_no_crash(tmp_path, case):
+    """A 269-byte batch whose dtype BUILD gave an object field made the reader raise and then
+    segfault the process: the stand-ins check every state before numpy sees it."""
+    obj, match = _crafted_batches()[case]
+    make_cifar_folder(tmp_path)
+    path = tmp_path / "data_batch_2"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    cfg = {"name": "cifar10", "path": str(tmp_path)}
+    if match is None:  # a plain batch still loads, through the same stand-ins
+        assert load_dataset(cfg).x_train.shape == (50, 3, 32, 32)
+        return
+    for fn in (check_dataset, load_dataset):
+        with raises_naming(path, match=match):
+            fn(cfg)
+
+
 def _bad_batches():
     ok = cifar_batch(10, 0)
     return {

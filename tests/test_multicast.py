@@ -75,3 +75,45 @@ def test_a_receiver_says_why_it_got_a_datagram_again():
     link._count_again(key, 3, REPAIR)
     link._count_again(key, 3, REPAIR)  # a second copy of a repair already here
     assert link.again == {"injected": 1, "lost": 1, "late": 3}
+
+
+class _Socket:
+    """A receiving socket that hands out these datagrams, then ends the receiver's loop."""
+
+    def __init__(self, link, datagrams):
+        self.link, self.datagrams = link, list(datagrams)
+
+    def recv(self, n):
+        if not self.datagrams:
+            self.link._open = False
+            raise TimeoutError
+        return self.datagrams.pop(0)
+
+
+def test_short_forged_and_inconsistent_datagrams_are_dropped_and_counted():
+    """A datagram under 15 bytes made ``unpack_from`` raise and killed the receiver thread
+    (the run then waited out its step timeout); a forged count near 2³² would have made the
+    repair path build a list that long. Each is dropped, counted, and what follows is filed."""
+    link = _link(rank=1)
+    link.malformed, link.asks, link.rng, link.drop, link._open = 0, 0, None, 0.0, True
+    link._heard, link._partial, link._box, link._done = {}, {}, {}, []
+    delivered = []
+    link.deliver = lambda key, values: delivered.append((key, values.tolist()))
+    head = multicast._HEAD.pack
+    good = head(b"tagx", 1, 0, 1, 3, 0, 0) + b"k/1" + np.float32([2.5]).tobytes()
+    link._rx = _Socket(
+        link,
+        [
+            b"\x01" * 9,  # too short for the header
+            head(b"tagx", 1, 0, 2**32 - 1, 3, 0, 0) + b"k/1",  # a forged count
+            head(b"tagx", 1, 5, 2, 3, 0, 0) + b"k/1",  # an index past its count
+            head(b"tagx", 1, 0, 1, 200, 0, 0) + b"k/1",  # a key longer than the datagram
+            head(b"tagx", 1, 0, 1, 3, 0, 7) + b"k/1",  # no such dtype
+            head(b"tagx", 1, 0, 1, 2, 0, 0) + b"\xff\xfe",  # a key that is not text
+            head(b"othr", 1, 0, 1, 3, 0, 0) + b"k/1",  # another run's: ignored, not counted
+            good,
+        ],
+    )
+    link._receive()
+    assert link.malformed == 6 and delivered == [("k/1", [2.5])]
+    assert link.repair_counts()["malformed"] == 6

@@ -196,3 +196,44 @@ def test_path_values_from_a_notebook_are_taken_as_strings(tmp_path):
     cfg.dataset.path = tmp_path  # a pathlib.Path, as a notebook sets it
     assert plain(cfg)["dataset"]["path"] == str(tmp_path)
     build_spec(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (
+            ["optimizer._target_=pathlib.Path.touch", "+optimizer._args_=[MARKER]"],
+            "optimizer._target_='pathlib.Path.touch' is not allowed: it must name a torch.optim",
+        ),
+        (["optimizer._target_=torch.optim.lr_scheduler.StepLR"], "must name a torch.optim"),
+        (["optimizer._target_=torch.optim.nothere.X"], "must name a torch.optim"),
+        (
+            ["+optimizer.lr._target_=pathlib.Path.touch", "+optimizer.lr._args_=[MARKER]"],
+            "the optimizer's settings are plain values",
+        ),
+    ],
+)
+def test_a_config_cannot_make_the_optimizer_run_another_callable(tmp_path, overrides, needle):
+    """``optimizer._target_=pathlib.Path.touch`` once created the file named in ``_args_``
+    during the config check (as root under netem)."""
+    marker = tmp_path / "touched"
+    overrides = [o.replace("MARKER", str(marker)) for o in overrides]
+    if "+optimizer.lr._target_" in overrides[0]:
+        overrides = ["~optimizer.lr", *overrides]
+    with pytest.raises(ConfigError) as err:
+        build_spec(compose_config(overrides))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert not marker.exists()
+
+
+def test_a_layout_too_large_to_enumerate_fails_in_one_line_at_once():
+    """``shuffle=hybrid n_workers=40 redundancy=20 batch_size=2e11`` ran 98 s and was killed by
+    the out-of-memory killer at 24 GB: the batch passed its check and the hybrid plan began
+    enumerating C(40, 21) sets."""
+    with pytest.raises(ConfigError, match=r"makes 137,846,528,820 sub-batches or groups"):
+        build_spec(
+            compose_config(
+                ["coding.shuffle=hybrid", "cluster.n_workers=40", "coding.redundancy=20",
+                 "train.batch_size=200000000000"]
+            )
+        )  # fmt: skip

@@ -2,12 +2,15 @@
 
 The batches ``data_batch_1`` … ``data_batch_5`` and ``test_batch`` lie in ``cfg.path`` or its
 ``cifar-10-batches-py`` subfolder. They are read with a restricted unpickler that only admits
-numpy's array-reconstruction helpers, so a tampered batch cannot run code. Pixels are scaled by
+numpy's array-reconstruction helpers, each replaced by a stand-in that checks the shape, the
+plain integer dtype and the byte count before a copy of the bytes becomes an array, so a
+tampered batch can neither run code nor build an array numpy would crash on. Pixels are scaled by
 ``/255`` before normalization.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,22 +58,101 @@ def load(cfg: Mapping[str, Any]) -> Dataset:
     )
 
 
-def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
-    try:
-        from numpy._core.multiarray import _reconstruct
-        from numpy._core.numeric import _frombuffer
-    except ImportError:  # numpy < 2 has no numpy._core
-        from numpy.core.multiarray import _reconstruct
-        from numpy.core.numeric import _frombuffer
+#: The element types a CIFAR-10 batch can hold (its pixels are uint8; re-pickled labels may be
+#: an integer array). A dtype with fields, a subarray or objects is refused: pickle's BUILD
+#: would hand numpy's ``__setstate__`` whatever state the file says, and an array of object
+#: pointers filled from raw bytes crashes the process that touches it.
+CIFAR_DTYPES = ("u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "b1")
 
-    # Files written under numpy 1.x name numpy.core, under 2.x numpy._core; same objects.
+
+class _Dtype:
+    """What a batch's ``numpy.dtype(...)`` builds instead of a dtype: its name, and the state
+    pickle then gives it, checked before any numpy dtype exists."""
+
+    def __init__(self, name, align=False, copy=True):
+        name = name.decode("latin1") if isinstance(name, bytes) else name  # Python 2 batches
+        if name not in CIFAR_DTYPES:
+            raise pickle.UnpicklingError(
+                f"an array of dtype {name!r}: a batch holds uint8 pixels and integer labels"
+            )
+        self.name, self.order = name, "|"
+
+    def __setstate__(self, state):
+        ok = isinstance(state, tuple) and len(state) >= 5 and state[2:5] == (None, None, None)
+        order = state[1] if ok else None
+        order = order.decode("latin1") if isinstance(order, bytes) else order
+        if not isinstance(order, str) or order not in ("|", "<", ">", "="):
+            raise pickle.UnpicklingError(
+                "a dtype state with fields, a subarray or an unknown byte order"
+            )
+        self.order = order
+
+    def real(self) -> np.dtype:
+        dt = np.dtype(self.name)
+        return dt if self.order in "|=" else dt.newbyteorder(self.order)
+
+
+class _Array:
+    """What ``_reconstruct`` builds instead of an array: pickle's BUILD gives it the shape,
+    dtype and raw bytes, and :meth:`real` makes a plain copy from them once they are checked."""
+
+    def __init__(self, cls=None, shape=(0,), code=b"b"):
+        self.array = None
+
+    def __setstate__(self, state):
+        if not (isinstance(state, tuple) and len(state) == 5):
+            raise pickle.UnpicklingError("an array state that is not (version, shape, ...)")
+        _, shape, dtype, fortran, raw = state
+        self.array = _from_bytes(raw, dtype, shape, "F" if fortran else "C")
+
+
+def _from_bytes(raw, dtype, shape, order) -> np.ndarray:
+    if not isinstance(dtype, _Dtype):
+        raise pickle.UnpicklingError("an array whose dtype is not a plain integer type")
+    if not isinstance(raw, bytes | bytearray | memoryview | pickle.PickleBuffer):
+        raise pickle.UnpicklingError("an array whose data is not raw bytes")
+    shape = tuple(shape) if isinstance(shape, tuple | list) else (shape,)
+    if not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise pickle.UnpicklingError(f"an array of shape {shape!r}")
+    dt = dtype.real()
+    raw = memoryview(raw).cast("B")
+    if raw.nbytes != math.prod(shape) * dt.itemsize:
+        raise pickle.UnpicklingError(
+            f"an array of shape {shape} and dtype {dt} in {raw.nbytes} bytes"
+        )
+    return np.frombuffer(raw, dtype=dt).reshape(shape, order=order).copy()
+
+
+def _frombuffer(buf, dtype, shape, order):
+    """Pickle protocol 5's array (``numpy._core.numeric._frombuffer``), checked."""
+    return _Checked(_from_bytes(buf, dtype, shape, order))
+
+
+class _Checked:
+    """An array made by :func:`_frombuffer`, as the batch dict holds it until :func:`_arrays`."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+def _arrays(obj):
+    """The batch dict with each array stand-in replaced by its plain numpy array."""
+    if isinstance(obj, dict):
+        return {k: (v.array if isinstance(v, _Array | _Checked) else v) for k, v in obj.items()}
+    return obj
+
+
+def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
+    """The only globals a batch may name: numpy's array reconstruction, each replaced by a
+    stand-in that checks what the file gives it (files written under numpy 1.x name
+    ``numpy.core``, under 2.x ``numpy._core``)."""
     return {
-        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy.core.multiarray", "_reconstruct"): _Array,
+        ("numpy._core.multiarray", "_reconstruct"): _Array,
         ("numpy.core.numeric", "_frombuffer"): _frombuffer,
         ("numpy._core.numeric", "_frombuffer"): _frombuffer,
         ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
+        ("numpy", "dtype"): _Dtype,
     }
 
 
@@ -119,7 +201,7 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Unpickle one batch safely and return ``(uint8 (N, 3072), int64 (N,))``."""
     try:
         with open(path, "rb") as f:
-            obj = _RestrictedUnpickler(f, path).load()
+            obj = _arrays(_RestrictedUnpickler(f, path).load())
     except DatasetError:
         raise
     except Exception as exc:

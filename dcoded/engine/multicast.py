@@ -110,6 +110,7 @@ class MulticastLink(Link):
         self.repaired = 0  # datagrams sent again at a receiver's request
         self.asks = 0  # negative acknowledgements this rank sent
         self.asks_early = 0  # asks it got for data not yet sent or still on its way
+        self.malformed = 0  # datagrams too short or inconsistent to file: dropped
         # datagrams this rank received again, by why it had asked (see CAUSES)
         self.again = dict.fromkeys(CAUSES, 0)
         self._asked: dict[str, dict] = {}  # key asked about -> {"seen", "first"} indices
@@ -249,11 +250,14 @@ class MulticastLink(Link):
             except OSError:
                 return
             dropped = self.rng is not None and self.rng.random() < self.drop  # seeded loss
-            tag, seq, index, count, n_key, sender, code = _HEAD.unpack_from(datagram)
-            if tag != self.tag:
+            parsed = _parse(datagram, self.tag)
+            if parsed is None:  # another run's
                 continue
-            start = _HEAD.size + n_key
-            key = datagram[_HEAD.size : start].decode()
+            if parsed is False:  # a datagram the receiver must not die of
+                with self._cond:
+                    self.malformed += 1
+                continue
+            seq, index, count, sender, code, key, start = parsed
             with self._cond:
                 if dropped:
                     self._dropped.add((key, index))
@@ -292,6 +296,7 @@ class MulticastLink(Link):
                 "sent_again": self.repaired,
                 "asks": self.asks,
                 "asks_early": self.asks_early,
+                "malformed": self.malformed,
                 **self.again,
             }
 
@@ -404,6 +409,39 @@ def _as_repair(datagram: bytearray) -> bytearray:
     again = bytearray(datagram)
     again[_HEAD.size - 1] |= REPAIR  # the dtype byte
     return again
+
+
+#: The most datagrams one message may claim (a forged count near 2³² would make the repair
+#: path build a list that long); a message of 2³⁰ floats needs about 3 million.
+MAX_PARTS = 1 << 22
+
+
+def _parse(datagram: bytes, tag: bytes):
+    """``(seq, index, count, sender, code, key, start)`` of a datagram of this run; ``None``
+    for another run's (another tag), ``False`` for one too short or inconsistent to file.
+
+    >>> _parse(b"short", b"abcd") is False
+    True
+    >>> head = _HEAD.pack(b"abcd", 7, 0, 1, 3, 2, 0) + b"k/1" + b"\\0" * 4
+    >>> _parse(head, b"abcd")[:6], _parse(head, b"wxyz")
+    ((7, 0, 1, 2, 0, 'k/1'), None)
+    """
+    if len(datagram) < _HEAD.size:
+        return False
+    got, seq, index, count, n_key, sender, code = _HEAD.unpack_from(datagram)
+    if got != tag:
+        return None
+    start = _HEAD.size + n_key
+    data = not code & MARKER
+    if start > len(datagram) or (data and not (index < count <= MAX_PARTS)):
+        return False
+    if data and code & ~REPAIR not in _DTYPES:
+        return False
+    try:
+        key = datagram[_HEAD.size : start].decode()
+    except UnicodeDecodeError:
+        return False
+    return seq, index, count, sender, code, key, start
 
 
 def _step_of(key: str) -> int:
