@@ -68,22 +68,64 @@ def save(run_dir: Path, ckpt: Checkpoint) -> Path:
     return final
 
 
+#: The most float32 values a checkpoint's ``theta`` (and each optimizer tensor) may hold:
+#: read from each member's header before any is read, so a crafted ``.npz`` cannot make
+#: every process decompress gigabytes.
+MAX_PARAMS = 1 << 30
+
+
+def _check_members(file: Path, where) -> None:
+    """Each member's shape and dtype from its ``.npy`` header, before anything is read:
+    ``theta`` a float32 vector of at most :data:`MAX_PARAMS`, ``step`` a scalar, each
+    optimizer tensor a scalar or as long as ``theta``."""
+    with zipfile.ZipFile(file) as z:
+        headers = {}
+        for info in z.infolist():
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            headers[info.filename.removesuffix(".npy")] = (shape, dtype)
+    theta = headers.get("theta")
+    if theta is None or len(theta[0]) != 1 or theta[1] != np.dtype("<f4"):
+        raise CheckpointError(f"train.resume={where}: {file} has no float32 vector theta")
+    n = theta[0][0]
+    if n > MAX_PARAMS:
+        raise CheckpointError(
+            f"train.resume={where}: {file} claims {n:,} parameters (at most {MAX_PARAMS:,})"
+        )
+    for name, (shape, _) in headers.items():
+        if name.startswith("opt.") and shape not in ((), (1,), (n,)):
+            raise CheckpointError(
+                f"train.resume={where}: {file}: optimizer state {name[4:]} has shape {shape}, "
+                f"neither a scalar nor one value per parameter ({n:,})"
+            )
+
+
 def load(path: str | Path) -> Checkpoint:
-    """Read a checkpoint from a run directory (or the file itself), without pickle."""
+    """Read a checkpoint from a run directory (or the file itself), without pickle; every
+    member's header is checked before any is read (:func:`_check_members`)."""
     path = Path(path).expanduser()
     file = path / FILE if path.is_dir() else path
     if not file.is_file():
         raise CheckpointError(f"train.resume={path}: no {FILE} there (nothing to resume)")
     try:
+        _check_members(file, path)
         with np.load(file, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             theta = np.array(z["theta"], dtype=np.float32)
             step = int(z["step"])
             opt = {k[4:]: np.array(z[k]) for k in z.files if k.startswith("opt.")}
+    except CheckpointError:
+        raise
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise CheckpointError(
             f"train.resume={path}: {file} is not a readable checkpoint: {e}"
         ) from None
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{file}: checkpoint format {meta.get('format')} is not {FORMAT}")
+    if step < 0:
+        raise CheckpointError(f"train.resume={path}: {file} is at step {step}, below 0")
     return Checkpoint(step=step, theta=theta, optimizer=opt, meta=meta)

@@ -132,6 +132,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     transport = transport_cfg.get("name", "dask")
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
+    _check_tls(cluster, algorithm, transport)
     notes = []
     if transport == "multicast" and algorithm == "cdc":
         transport, note = _multicast_or_fallback(cluster, transport_cfg)
@@ -266,6 +267,25 @@ def _check_size(placement: Placement) -> None:
             f"coding.redundancy={r} with a group of {g} workers makes {most:,} sub-batches or "
             f"groups a step; at most {MAX_SETS:,} are supported (a smaller r, r near g, or "
             "coding.group_size)"
+        )
+
+
+def _check_tls(cluster: Mapping, algorithm: str, transport: str) -> None:
+    """With ``cluster.tls.*``, refuse what would send the run's data outside Dask's TLS comms,
+    in clear and unauthenticated: DDP's gloo, and multicast datagrams."""
+    tls = cluster.get("tls") or (cluster.get("given") or {}).get("tls") or {}
+    if not any(tls.get(k) for k in ("ca_file", "cert", "key")):
+        return
+    if algorithm == "ddp":
+        raise ConfigError(
+            "algorithm=ddp with cluster.tls.* is refused: DDP's gloo rendezvous and all-reduce "
+            "run outside Dask's comms, in clear and unauthenticated (cdc, ssgd and asgd go over "
+            "the TLS comms)"
+        )
+    if transport == "multicast" and algorithm == "cdc":
+        raise ConfigError(
+            "transport=multicast with cluster.tls.* is refused: its UDP datagrams are neither "
+            "encrypted nor authenticated; transport=direct goes over the TLS comms"
         )
 
 

@@ -120,15 +120,17 @@ def text(null: str | None = None) -> Setting:
     return s
 
 
-def integers(low: int = 1, nonempty: bool = False) -> Setting:
-    """A list of integers ``>= low``."""
-    words = f"a {'non-empty ' if nonempty else ''}list of integers >= {low}"
+def integers(low: int = 1, nonempty: bool = False, high: int | None = None) -> Setting:
+    """A list of at most 64 integers ``>= low`` (``<= high`` if given)."""
+    within = f">= {low}" if high is None else f"in {low}..{high}"
+    words = f"a {'non-empty ' if nonempty else ''}list of at most 64 integers {within}"
     return Setting(
         words,
         lambda v: (
             isinstance(v, list | tuple)
             and (bool(v) or not nonempty)
-            and all(_is_int(x) and x >= low for x in v)
+            and len(v) <= 64
+            and all(_is_int(x) and x >= low and (high is None or x <= high) for x in v)
         ),
     )
 
@@ -146,6 +148,24 @@ GROUP_CHOICES = {
     "dataset.name": "dataset",
     "transport.name": "transport",
     "straggle.model": "straggle",
+}
+
+#: The bounds of the sizes a config sets, so that none fills the memory before an error: the
+#: workers of one run, a layer's width (and an image side, and the classes), the samples of a
+#: synthetic dataset, and the bytes every process would generate of it.
+MAX_WORKERS = 1024
+MAX_WIDTH = 65_536
+MAX_SAMPLES = 100_000_000
+MAX_DATA_BYTES = 1 << 33
+#: The most parameters a model may have (a gigabyte of float32 in every process, before its
+#: optimizer state): ``model.hidden=[65536, 65536]`` would be 4·10⁹.
+MAX_MODEL_PARAMS = 1 << 28
+#: The sample shape of each dataset with files, ``(C, H, W)``.
+SHAPES = {
+    "digits": (1, 8, 8),
+    "mnist": (1, 28, 28),
+    "fashion_mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
 }
 
 #: Set by dcoded itself for the driver of an emulated network (never by hand): not checked.
@@ -176,22 +196,22 @@ SETTINGS: dict[str, Setting] = {
     "coding.straggler_grace": number(0, unit="a fraction of the first g - s maps' time"),
     # model
     "model.name": choice(*MODELS),
-    "model.channels": integers(1, nonempty=True),
+    "model.channels": integers(1, nonempty=True, high=MAX_WIDTH),
     # dataset
     "dataset.name": choice(*DATASET_NAMES),
     "dataset.path": text(null="no files: digits, synthetic"),
     "dataset.shape": Setting(
         "three integers >= 1, [C, H, W]",
-        lambda v: integers(1).test(v) and len(v) == 3,
+        lambda v: integers(1, high=MAX_WIDTH).test(v) and len(v) == 3,
     ),
-    "dataset.n_classes": integer(2),
-    "dataset.n_samples": integer(1),
-    "dataset.n_test": integer(0),
+    "dataset.n_classes": integer(2, MAX_WIDTH),
+    "dataset.n_samples": integer(1, MAX_SAMPLES),
+    "dataset.n_test": integer(0, MAX_SAMPLES),
     "dataset.seed": integer(0, 2**32 - 1),
     # cluster
     "cluster.kind": choice("local", "address", "netem"),
     "cluster.address": Setting("the scheduler's address, such as tcp://HOST:8786", text().test),
-    "cluster.n_workers": integer(1),
+    "cluster.n_workers": integer(1, MAX_WORKERS),
     "cluster.processes": flag(),
     "cluster.torch_threads": integer(1),
     "cluster.dashboard": flag(),
@@ -250,7 +270,7 @@ SETTINGS: dict[str, Setting] = {
 }
 
 #: ``model.hidden``: the dnn's widths, the cnn's one dense layer.
-BY_MODEL = {"dnn": integers(1), "cnn": integer(1)}
+BY_MODEL = {"dnn": integers(1, high=MAX_WIDTH), "cnn": integer(1, MAX_WIDTH)}
 
 #: The groups whose every key is a setting of dcoded (``optimizer``'s extra keys go to torch).
 GROUPS = ("algorithm", "train", "coding", "model", "dataset", "cluster", "transport", "straggle")
@@ -304,6 +324,55 @@ def check_settings(c: Mapping) -> None:
                 f"{GROUP_CHOICES[name]}={value!r} is not known: choose {setting.accepts}"
             )
         setting.check(name, value)
+    _check_data_size(c.get("dataset") or {})
+    _check_model_size(c.get("model") or {}, c.get("dataset") or {})
+
+
+def model_params(model: Mapping, shape) -> int:
+    """The weights and biases of ``model`` on samples of ``shape`` (C, H, W), ten classes or
+    fewer: what :mod:`dcoded.models` builds, counted without building it.
+
+    >>> model_params({"name": "dnn", "hidden": [16]}, (1, 8, 8)) >= 1210
+    True
+    """
+    c, h, w = shape
+    if model.get("name") == "cnn":
+        total = 0
+        for out in model.get("channels") or []:
+            total += out * c * 9 + out
+            c, h, w = out, h // 2, w // 2
+        hidden = model.get("hidden") or 0
+        return total + c * h * w * hidden + hidden + (hidden + 1) * 10
+    width, total = c * h * w, 0
+    for layer in model.get("hidden") or []:
+        total += width * layer + layer
+        width = layer
+    return total + (width + 1) * 10
+
+
+def _check_model_size(model: Mapping, dataset: Mapping) -> None:
+    shape = SHAPES.get(dataset.get("name")) or tuple(dataset.get("shape") or (1, 1, 1))
+    n = model_params(model, shape)
+    if n > MAX_MODEL_PARAMS:
+        raise ConfigError(
+            f"model={model.get('name')} with model.hidden={model.get('hidden')} has about "
+            f"{n:,} parameters on {dataset.get('name')}; at most {MAX_MODEL_PARAMS:,}"
+        )
+
+
+def _check_data_size(dataset: Mapping) -> None:
+    """A synthetic dataset, which every process generates whole: at most
+    :data:`MAX_DATA_BYTES` of float32 samples."""
+    if dataset.get("name") != "synthetic":
+        return
+    n = (dataset.get("n_samples") or 0) + (dataset.get("n_test") or 0)
+    size = 4 * n * math.prod(dataset.get("shape") or [])
+    if size > MAX_DATA_BYTES:
+        raise ConfigError(
+            f"dataset.n_samples + dataset.n_test = {n:,} samples of shape "
+            f"{list(dataset['shape'])} make {size:,} bytes in every process; at most "
+            f"{MAX_DATA_BYTES:,}"
+        )
 
 
 def names(group: str) -> list[str]:

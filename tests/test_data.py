@@ -342,6 +342,25 @@ def test_idx_bad_gzip(tmp_path):
             fn({"name": "mnist", "path": str(tmp_path)})
 
 
+def test_idx_bombs_are_refused_from_their_header(tmp_path):
+    """A gzipped IDX file was read whole in every process: a header that declares more than
+    may be read is refused before its body, and a body past its header's size is not
+    decompressed to its end."""
+    make_idx_folder(tmp_path)
+    path = tmp_path / (IDX_NAMES["train_images"] + ".gz")
+    (tmp_path / IDX_NAMES["train_images"]).unlink()
+    path.write_bytes(gzip.compress(struct.pack(">IIII", 0x803, 4096, 4096, 4096)))
+    for fn in (check_dataset, load_dataset):
+        with raises_naming(path, match="declares 68,719,476,736 data bytes"):
+            fn({"name": "mnist", "path": str(tmp_path)})
+    # a valid header, then 64 MB of zeros where 20 images belong: refused as trailing
+    bomb = struct.pack(">IIII", 0x803, 20, 4, 4) + bytes(64 << 20)
+    path.write_bytes(gzip.compress(bomb, compresslevel=1))
+    for fn in (check_dataset, load_dataset):
+        with raises_naming(path, match="trailing bytes"):
+            fn({"name": "mnist", "path": str(tmp_path)})
+
+
 def test_idx_missing_file(tmp_path):
     make_idx_folder(tmp_path)
     (tmp_path / IDX_NAMES["test_labels"]).unlink()

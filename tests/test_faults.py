@@ -171,6 +171,37 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
     assert "checkpoint.npz" in str(err.value)
 
 
+def _npy_header(shape, dtype="<f4") -> bytes:
+    import io
+
+    f = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        f, {"descr": dtype, "fortran_order": False, "shape": shape}
+    )
+    return f.getvalue()
+
+
+def test_a_checkpoint_that_claims_more_than_it_may_is_refused_before_it_is_read(tmp_path):
+    """A crafted .npz (a theta header of 2³¹ values, or an optimizer tensor of another length
+    than theta, or a negative step) once was read whole, or checked on its first element."""
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "checkpoint.npz", "w") as z:
+        z.writestr("theta.npy", _npy_header((2**31,)))  # no data: the header alone refuses
+        z.writestr("step.npy", _npy_header((), "<i8") + np.int64(3).tobytes())
+    with pytest.raises(checkpoint.CheckpointError, match="claims 2,147,483,648 parameters"):
+        checkpoint.load(tmp_path)
+    theta = np.zeros(10, np.float32)
+    for name, opt, step, needle in [
+        ("short", {"momentum_buffer": np.zeros(9, np.float32)}, 3, r"shape \(9,\)"),
+        ("negative", {}, -4, "at step -4, below 0"),
+    ]:
+        ckpt = checkpoint.Checkpoint(step=step, theta=theta, optimizer=opt, meta={})
+        checkpoint.save(tmp_path / name, ckpt)
+        with pytest.raises(checkpoint.CheckpointError, match=needle):
+            checkpoint.load(tmp_path / name)
+
+
 def test_checkpoint_is_plain_npz_without_pickle(tmp_path):
     _run(tmp_path, "r", "train.steps=4", "train.checkpoint_every=2")
     with np.load(tmp_path / "r" / "checkpoint.npz", allow_pickle=False) as z:

@@ -3,6 +3,7 @@ line naming it and what it accepts, never a traceback."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,52 @@ def test_a_layout_too_large_to_enumerate_fails_in_one_line_at_once():
                  "train.batch_size=200000000000"]
             )
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["algorithm=ddp"], "algorithm=ddp with cluster.tls.* is refused"),
+        (
+            ["transport=multicast", "transport.lan=true", "transport.pace_mbit=100"],
+            "transport=multicast with cluster.tls.* is refused",
+        ),
+    ],
+)
+def test_what_would_go_outside_tls_is_refused_with_tls(tmp_path, overrides, needle):
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text("x")
+    tls = [f"cluster.tls.{k}={tmp_path / f}" for k, f in
+           (("ca_file", "ca.pem"), ("cert", "cert.pem"), ("key", "key.pem"))]  # fmt: skip
+    cfg = compose_config(["cluster=address", "cluster.address=tls://127.0.0.1:1", *tls, *overrides])
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build_spec(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["cluster.n_workers=5000"], "cluster.n_workers=5000 is not allowed"),
+        (["model.hidden=[65536,65536]"], "4,299,948,042 parameters on digits; at most"),
+        (
+            ["dataset=synthetic", "dataset.n_samples=100000000", "dataset.shape=[3,64,64]"],
+            "bytes in every process; at most 8,589,934,592",
+        ),
+        (["model.hidden=[" + ",".join(["1"] * 65) + "]"], "a list of at most 64 integers"),
+    ],
+)
+def test_every_size_a_config_sets_is_bounded_before_work_starts(overrides, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build_spec(compose_config(overrides))
+
+
+def test_the_model_size_bound_counts_what_the_models_build():
+    from dcoded.models import build_model
+    from dcoded.settings import model_params
+
+    for model, shape in [
+        ({"name": "dnn", "hidden": [128, 64]}, (1, 8, 8)),
+        ({"name": "cnn", "channels": [16, 32], "hidden": 64}, (3, 32, 32)),
+    ]:
+        built = sum(p.numel() for p in build_model(model, shape, 10, 0).parameters())
+        assert model_params(model, shape) == built

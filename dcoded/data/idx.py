@@ -113,10 +113,21 @@ def _idx_magic(path: Path, head: bytes) -> tuple[int, int]:
     return magic, magic & 0xFF
 
 
+#: The most data bytes an IDX file's header may declare (MNIST's largest file has 47 MB): a
+#: crafted header or a gzip bomb is refused from its header, before its body is read.
+MAX_IDX_BYTES = 1 << 32
+
+
 def _idx_dims(path: Path, raw: bytes, ndim: int) -> tuple[int, ...]:
     if len(raw) < 4 * ndim:
         raise DatasetError(f"{path}: IDX file is truncated (shorter than its header)")
-    return struct.unpack(f">{ndim}I", raw[: 4 * ndim])
+    dims = struct.unpack(f">{ndim}I", raw[: 4 * ndim])
+    if math.prod(dims) > MAX_IDX_BYTES:
+        raise DatasetError(
+            f"{path}: IDX header {dims} declares {math.prod(dims):,} data bytes; at most "
+            f"{MAX_IDX_BYTES:,} are read"
+        )
+    return dims
 
 
 def _idx_check_length(path: Path, dims: Sequence[int], body: int) -> None:
@@ -129,8 +140,8 @@ def _idx_check_length(path: Path, dims: Sequence[int], body: int) -> None:
         )
     if body > want:
         raise DatasetError(
-            f"{path}: IDX file has {body - want} trailing bytes after the {want} data bytes "
-            f"its header {tuple(dims)} declares"
+            f"{path}: IDX file has trailing bytes after the {want} data bytes its header "
+            f"{tuple(dims)} declares"
         )
 
 
@@ -140,9 +151,10 @@ def _idx_header(path: Path) -> tuple[int, tuple[int, ...]]:
         with _open(path) as f:
             magic, ndim = _idx_magic(path, f.read(4))
             dims = _idx_dims(path, f.read(4 * ndim), ndim)
-            body = 0
-            # Stream in blocks so a gzipped file never sits whole in memory here.
-            while block := f.read(1 << 22):
+            body, want = 0, math.prod(dims)
+            # Stream in blocks so a gzipped file never sits whole in memory here, and stop
+            # past what the header declares (a gzip bomb is not decompressed to its end).
+            while body <= want and (block := f.read(1 << 22)):
                 body += len(block)
     except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(f"{path}: cannot read IDX file ({exc})") from exc
@@ -154,14 +166,13 @@ def _idx_read(path: Path) -> tuple[int, tuple[int, ...], np.ndarray]:
     """``(magic, dims, uint8 array shaped by dims)`` of an IDX file, with every check applied."""
     try:
         with _open(path) as f:
-            data = f.read()
+            magic, ndim = _idx_magic(path, f.read(4))
+            dims = _idx_dims(path, f.read(4 * ndim), ndim)
+            data = f.read(math.prod(dims) + 1)  # one byte more shows trailing data
     except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(f"{path}: cannot read IDX file ({exc})") from exc
-    magic, ndim = _idx_magic(path, data[:4])
-    dims = _idx_dims(path, data[4 : 4 + 4 * ndim], ndim)
-    offset = 4 + 4 * ndim
-    _idx_check_length(path, dims, len(data) - offset)
-    return magic, dims, np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+    _idx_check_length(path, dims, len(data))
+    return magic, dims, np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def _idx_consistent(
