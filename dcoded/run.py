@@ -10,7 +10,6 @@ that way.
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime as dt
 import inspect
 import json
@@ -30,7 +29,7 @@ from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
-from dcoded.results import ERROR_FILE
+from dcoded.results import ERROR_FILE, read_history
 from dcoded.settings import leaves
 from dcoded.summary import make_summary, write_outputs, write_summary
 
@@ -149,13 +148,11 @@ def earlier_history(where: str | Path, step: int) -> list[dict]:
     if it has no history): a resumed run's history.csv starts with them, so it holds every
     step, also when it is written over the folder it resumed from."""
     folder = Path(where).expanduser()
-    path = (folder if folder.is_dir() else folder.parent) / "history.csv"
-    if not path.is_file():
+    folder = folder if folder.is_dir() else folder.parent
+    if not (folder / "history.csv").is_file():
         return []
-    with path.open(newline="") as f:
-        return [
-            r for r in csv.DictReader(f) if r.get("step", "").isdigit() and int(r["step"]) < step
-        ]
+    rows = read_history(folder)
+    return [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < step]
 
 
 def resume_changes(resume, spec) -> str:
