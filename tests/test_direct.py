@@ -96,6 +96,22 @@ def test_a_missing_message_times_out_naming_its_sender():
     assert 0.3 <= time.monotonic() - t < 10  # the timeout, not a hang (10: a loaded machine)
 
 
+def test_the_mailbox_files_only_keys_of_steps_and_keeps_the_first_of_each():
+    """The mailbox stored any key from any sender (one without a step was never removed) and a
+    later message with a key overwrote the earlier one."""
+    link = _bare_link()
+    link.deliver("junk", np.float32([1]))
+    link.deliver("x/seg/1", np.float32([1]))
+    link.deliver("3/done/x", np.float32([1]))
+    link.deliver("3/seg/2", np.float32([7]))
+    link.deliver("3/seg/2", np.float32([9]))  # the same key again: not filed
+    assert link.look(3)[1] == {"3/seg/2"} and link.notices(3) == {}
+    assert link.take({"3/seg/2": 2}, timeout=1)["3/seg/2"].tolist() == [7]
+    link.begin(4)
+    link.deliver("3/seg/1", np.float32([1]))  # a step over
+    assert link.look(4)[1] == set()
+
+
 def test_closing_wakes_a_waiting_step_at_once():
     link = _bare_link()
     errors, waiting = [], threading.Event()

@@ -90,30 +90,78 @@ class _Socket:
         return self.datagrams.pop(0)
 
 
-def test_short_forged_and_inconsistent_datagrams_are_dropped_and_counted():
+def _sealed(link, *fields, key=b"2/1", data=b"", mac=None):
+    """A datagram of ``link``'s run with a code under ``mac`` (the link's, by default)."""
+    d = bytearray(multicast._HEAD.pack(*fields) + key + data + bytes(multicast.MAC))
+    multicast.seal(d, mac or link.mac)
+    return bytes(d)
+
+
+def test_short_forged_stale_and_inconsistent_datagrams_are_dropped_and_counted():
     """A datagram under 15 bytes made ``unpack_from`` raise and killed the receiver thread
     (the run then waited out its step timeout); a forged count near 2³² would have made the
-    repair path build a list that long. Each is dropped, counted, and what follows is filed."""
+    repair path build a list that long; a datagram with the run's tag, seen once on the wire,
+    let anyone change a gradient. Each is dropped, counted by why, and what follows is filed;
+    only the datagram whose code holds under the run's key is."""
     link = _link(rank=1)
-    link.malformed, link.asks, link.rng, link.drop, link._open = 0, 0, None, 0.0, True
-    link._heard, link._partial, link._box, link._done = {}, {}, {}, []
+    link.mac = multicast.authenticator(bytes(range(multicast.KEY)))
+    other = multicast.authenticator(bytes(multicast.KEY))  # another key: an outsider's
+    link.dropped, link.asks, link.rng, link.drop, link._open = {}, 0, None, 0.0, True
+    link.dropped = dict.fromkeys(multicast.DROPS, 0)
+    link._heard, link._partial, link._box, link._done, link._floor = {}, {}, {}, [], 1
     delivered = []
     link.deliver = lambda key, values: delivered.append((key, values.tolist()))
-    head = multicast._HEAD.pack
-    good = head(b"tagx", 1, 0, 1, 3, 0, 0) + b"k/1" + np.float32([2.5]).tobytes()
+    value = np.float32([2.5]).tobytes()
+    good = _sealed(link, b"tagx", 1, 0, 1, 3, 0, 0, data=value)
+    changed = good[:-20] + np.float32([9.0]).tobytes() + good[-16:]  # the data altered
     link._rx = _Socket(
         link,
         [
             b"\x01" * 9,  # too short for the header
-            head(b"tagx", 1, 0, 2**32 - 1, 3, 0, 0) + b"k/1",  # a forged count
-            head(b"tagx", 1, 5, 2, 3, 0, 0) + b"k/1",  # an index past its count
-            head(b"tagx", 1, 0, 1, 200, 0, 0) + b"k/1",  # a key longer than the datagram
-            head(b"tagx", 1, 0, 1, 3, 0, 7) + b"k/1",  # no such dtype
-            head(b"tagx", 1, 0, 1, 2, 0, 0) + b"\xff\xfe",  # a key that is not text
-            head(b"othr", 1, 0, 1, 3, 0, 0) + b"k/1",  # another run's: ignored, not counted
+            good[:-1],  # one byte short: its code no longer holds
+            changed,  # forged: its code no longer holds
+            _sealed(link, b"tagx", 1, 0, 1, 3, 0, 0, data=np.float32([9.0]).tobytes(), mac=other),
+            _sealed(link, b"othr", 1, 0, 1, 3, 0, 0, data=value),  # another run's tag
+            _sealed(link, b"tagx", 1, 0, 1, 3, 0, 0, key=b"0/1", data=value),  # a step over
+            _sealed(link, b"tagx", 1, 0, 2**32 - 1, 3, 0, 0),  # a count near 2^32
+            _sealed(link, b"tagx", 1, 5, 2, 3, 0, 0),  # an index past its count
+            _sealed(link, b"tagx", 1, 0, 1, 200, 0, 0),  # a key longer than the datagram
+            _sealed(link, b"tagx", 1, 0, 1, 3, 0, 7),  # no such dtype
+            _sealed(link, b"tagx", 1, 0, 1, 2, 0, 0, key=b"\xff\xfe"),  # a key not text
+            _sealed(link, b"tagx", 1, 0, 1, 1, 0, 0, key=b"x"),  # a key without a step
             good,
+            good,  # a replay of what is complete already: never filed twice
         ],
     )
     link._receive()
-    assert link.malformed == 6 and delivered == [("k/1", [2.5])]
-    assert link.repair_counts()["malformed"] == 6
+    assert delivered == [("2/1", [2.5])]
+    want = {"malformed": 7, "forged": 3, "foreign": 1, "stale": 1}
+    assert link.dropped == want
+    assert {k: link.repair_counts()[k] for k in want} == want
+
+
+def test_every_datagram_a_sender_puts_on_the_wire_carries_a_code_that_holds():
+    """Data, repairs and markers alike: the code is written after the sequence number, the
+    last thing stamped, so a repair (its flag set) still holds, and one flipped bit does not."""
+    link = _link()
+    link.mac = multicast.authenticator(bytes(multicast.KEY))
+    link.port, link._open, link._seq, link.run_id = 9, True, 0, "run"
+    sent = []
+
+    class Tx:
+        def sendto(self, datagram, where):
+            sent.append(bytes(datagram))
+            if len(sent) == 3:
+                link._open = False
+
+    link._tx = Tx()
+    datagrams = multicast._fragments(link.tag, 0, "1/seg/0", np.arange(600, dtype="<f4"))
+    link._outbox.put(("1/seg/0", "10.0.0.2", datagrams, 1e9))
+    link._outbox.put(("1/seg/0", "10.0.0.2", [multicast._as_repair(datagrams[0])], 1e9))
+    link._transmit()
+    assert len(sent) == 3 and _head(sent[2])[-1] & REPAIR
+    for i, d in enumerate(sent):
+        assert multicast._parse(d, link.tag, link.mac)[:3] == (i, i % 2, 2)
+        flipped = bytearray(d)
+        flipped[len(d) // 2] ^= 1
+        assert multicast._parse(bytes(flipped), link.tag, link.mac) == "forged"

@@ -5,6 +5,7 @@ reason, and ``cluster=netem`` itself fails at once with one clear line."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -665,6 +666,103 @@ def test_real_losses_are_counted_as_lost_as_the_kernel_dropped_them(tmp_path):
     assert repairs["injected"] == 0, repairs
     assert 0 < repairs["lost"] <= 3 * dropped, (repairs, dropped)
     assert got["repaired_datagrams"] >= repairs["lost"], repairs
+
+
+#: An attacker on the bus (run in the scheduler's namespace): it sees every multicast frame of
+#: the run (a Linux bridge with no IGMP querier floods them to every port) and, for each
+#: datagram a worker sent, sends a copy with one bit of its data flipped, a 9-byte datagram,
+#: or the datagram again 0.3 s later (a replay, by then of a step over), to the same
+#: group and port. It prints how many of each it has sent, each time that changes (the run's
+#: end removes its namespace, and SIGKILLs what runs there).
+ATTACKER = """
+import collections, socket, sys, time
+me = sys.argv[1]
+sniff = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+sniff.bind(("eth0", 0)); sniff.settimeout(0.05)
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(me))
+sent = collections.Counter(); later = collections.deque(); n = 0; said = None
+print("ready", flush=True)
+while True:
+    if said != sent:
+        print(dict(sent), flush=True); said = collections.Counter(sent)
+    while later and later[0][0] <= time.monotonic():
+        tx.sendto(later[0][1], later[0][2]); later.popleft(); sent["replayed"] += 1
+    try:
+        frame, (_, _, kind, *_) = sniff.recvfrom(65536)
+    except TimeoutError:
+        continue
+    ip = frame[14:]
+    if kind == 4 or ip[9] != 17 or ip[16] < 224:  # our own, not UDP, not multicast
+        continue
+    head = (ip[0] & 15) * 4
+    where = (socket.inet_ntoa(ip[16:20]), int.from_bytes(ip[head + 2 : head + 4], "big"))
+    data = bytes(ip[head + 8 : int.from_bytes(ip[2:4], "big")])
+    n += 1
+    if n % 3 == 0:
+        forged = bytearray(data); forged[-20] ^= 1  # the last byte of data before the code
+        tx.sendto(bytes(forged), where); sent["forged"] += 1
+    elif n % 3 == 1:
+        later.append((time.monotonic() + 0.3, data, where))
+    if n % 10 == 0:
+        tx.sendto(data[:9], where); sent["short"] += 1
+"""
+
+
+def _attack_from_the_scheduler_namespace(stop: threading.Event, out: list) -> None:
+    """Wait for the run's scheduler namespace, then run :data:`ATTACKER` in it until ``stop``."""
+    while not stop.is_set():
+        found = [ns for ns in netem.stale_namespaces() if ns.endswith("-sched")]
+        if found:
+            break
+        time.sleep(0.2)
+    else:
+        return
+    ip = f"{netem.SUBNET}.1"  # the scheduler's host is the first
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", found[0], sys.executable, "-c", ATTACKER, ip],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out.append(proc.stdout.readline().strip())
+    stop.wait()
+    proc.terminate()
+    lines = proc.communicate(timeout=30)[0].splitlines()
+    out.append(lines[-1] if lines else "{}")
+
+
+@needs_netem
+@pytest.mark.slow
+def test_forged_short_and_replayed_datagrams_change_nothing_and_are_counted(tmp_path):
+    """Another host on the bus forges, cuts short and replays the run's datagrams during the
+    run: the receivers file none of them (each fails its code, is malformed, or belongs to a
+    step already over), the real datagrams still come or are asked for again, and the run
+    equals serial bit for bit, with the drops in ``summary.json``. Without the codes the
+    flipped bits were filed whenever they came before the rest of their message."""
+    common = ["cluster.n_workers=4", "train.steps=30", "coding.redundancy=2", "model.hidden=[256]"]
+    serial = dcoded.run.run(tiny_config("algorithm=serial", *common))
+    stop, said = threading.Event(), []
+    attacker = threading.Thread(target=_attack_from_the_scheduler_namespace, args=(stop, said))
+    attacker.start()
+    try:
+        got = dcoded.run.run(
+            netem_config(*common, "cluster.topology=bus", "transport=multicast"),
+            out_dir=tmp_path,
+        )
+    finally:
+        stop.set()
+        attacker.join(60)
+    assert said and said[0] == "ready", said
+    sent = ast.literal_eval(
+        said[1]
+    )  # the attacker's own count: {"forged": n, "short": n, "replayed": n}
+    assert sent["forged"] > 50 and sent["short"] > 10 and sent["replayed"] > 50, sent
+    repairs = got["repairs"]
+    assert repairs["forged"] >= sent["forged"], (repairs, sent)  # each reaches 1..3 receivers
+    assert repairs["malformed"] >= sent["short"], (repairs, sent)
+    assert repairs["stale"] >= sent["replayed"] // 2, (repairs, sent)  # the last 0.3 s: not
+    assert got["param_sha256"] == serial["param_sha256"]
 
 
 def test_the_kernels_loss_counters_are_read_and_compared():

@@ -20,6 +20,7 @@ driver finds the worker gone, and tearing the run down wakes every loop still wa
 
 from __future__ import annotations
 
+import secrets
 import statistics
 import time
 from collections import defaultdict
@@ -55,7 +56,7 @@ from dcoded.engine.driver import (
     pinned,
 )
 from dcoded.engine.link import Link
-from dcoded.engine.multicast import MulticastLink
+from dcoded.engine.multicast import KEY, MulticastLink
 from dcoded.engine.registry import WorkerState, record, task_key
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
@@ -64,8 +65,11 @@ from dcoded.errors import Aborted, PeerLost, PeerTimeout, StepTimeout, WorkerLos
 # --------------------------------------------------------------------------- on the workers
 
 
-def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state):
-    """:func:`dcoded.engine.registry.setup`, the push handler, and this rank's :class:`Link`."""
+def setup(
+    run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimizer_state, key=None
+):
+    """:func:`dcoded.engine.registry.setup`, the push handler, and this rank's :class:`Link`
+    (``key``: the run's multicast authentication key, for ``transport=multicast``)."""
     out = registry.setup(run_id, rank, spec, theta, optimizer_state)
     if spec.transport == "multicast":
         link = MulticastLink(
@@ -75,6 +79,7 @@ def setup(run_id: str, rank: int, spec: RunSpec, peers: list[str], theta, optimi
             get_worker(),
             receiver_sets(spec, rank),
             spec.pace_mbit,
+            key,
             spec.test_drop,
             spec.seed,
             spec.repair_after_s,
@@ -181,8 +186,8 @@ def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
     tolerant = spec.stragglers > 0
     injector = Injector(spec, rank, step, st.throttle is not None)
     stop, on_grad = None, send_ready if spec.overlap else None
+    link.begin(step)  # what comes of earlier steps is dropped (a late worker's, or a replay)
     if tolerant:
-        link.begin(step)
         stop, on_grad, judged = _give_up_rule(st, link, step, began, on_grad)
     grads, loss, digests = map_grads(st, step, on_grad=on_grad, stop=stop, injector=injector)
     if tolerant:
@@ -452,6 +457,8 @@ def train_direct(ctx: Context) -> np.ndarray:
     run, p = spec.run_id, spec.placement
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
+    # the multicast datagrams' authentication key: new for each run, never written anywhere
+    secret = secrets.token_bytes(KEY) if spec.transport == "multicast" else None
     last = [
         client.submit(
             setup,
@@ -461,6 +468,7 @@ def train_direct(ctx: Context) -> np.ndarray:
             list(workers),
             theta0,
             opt0,
+            secret,
             key=task_key(run, "setup", ctx.start_step - 1, k),
             **pinned(workers[k]),
         )

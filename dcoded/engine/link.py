@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -68,6 +67,8 @@ class Link:
         ``gave-up``) is kept by step and sender; a request (``ask``) is answered at once
         (:attr:`serve`); a message of a step already over is dropped (a late worker's)."""
         step, what, src = _parts(key)
+        if step is None:  # not a key of this run's steps: nothing would ever remove it
+            return
         if what == "ask":
             if self.serve is not None and step >= self._floor:
                 self.serve(step, src, data)
@@ -78,7 +79,7 @@ class Link:
             if what in NOTICES:
                 said = int(data[0]) if len(data) else 0
                 self._notices[step][src] = (what, time.monotonic(), said)
-            else:
+            elif key not in self._box:  # the first of a key is kept; a second is not filed
                 self._box[key] = data
             self._version += 1
             self._cond.notify_all()
@@ -239,14 +240,23 @@ class Link:
 NOTICES = ("done", "gave-up")
 
 
-def _parts(key: str) -> tuple[int, str, int]:
+def _parts(key) -> tuple[int | None, str, int]:
     """``(step, what, sender)`` of a key ``step/what/sender/...`` (``what``: ``done``,
-    ``gave-up``, ``ask``; the sender is -1 for every other message)."""
-    parts = key.split("/")
+    ``gave-up``, ``ask``; the sender is -1 for every other message); the step is ``None`` for
+    what is no key of a step (such a message is not filed: no step would ever take it).
+
+    >>> _parts("7/done/2"), _parts("7/seg/1"), _parts("junk")[0], _parts("x/done/y")[0]
+    ((7, 'done', 2), (7, 'seg', -1), None, None)
+    """
+    parts = key.split("/") if isinstance(key, str) else [""]
     what = parts[1] if len(parts) > 2 else ""
-    src = int(parts[2]) if what in (*NOTICES, "ask") else -1
-    step = int(parts[0]) if parts[0].lstrip("-").isdigit() else sys.maxsize  # never too old
-    return step, what, src
+    if not parts[0].lstrip("-").isdigit():
+        return None, what, -1
+    if what in (*NOTICES, "ask"):
+        if not parts[2].isdigit():
+            return None, what, -1
+        return int(parts[0]), what, int(parts[2])
+    return int(parts[0]), what, -1
 
 
 def _on_push(run=None, rank=None, src=None, key=None, data=None) -> None:

@@ -20,6 +20,14 @@ marker behind it instead, whose arrival makes the receiver ask again at once. As
 re-sends are counted by cause (:data:`CAUSES`). ``transport.test_drop`` drops a seeded
 fraction of the datagrams where they are received, to test exactly that.
 
+Every datagram ends in a message authentication code (keyed BLAKE2b, :data:`MAC` bytes) over
+all that comes before it, under a random key the driver makes for the run and hands each worker
+with its setup, over the Dask comms (so over TLS where the cluster has it). A receiver files a
+datagram only if its code holds: one that fails it (``forged``), is too short or inconsistent
+(``malformed``), carries another run's tag (``foreign``) or belongs to a step already over
+(``stale``: a late copy, or a replay) is dropped and counted, and the real one comes, or is
+asked for again, as for any lost datagram. The payloads themselves travel in clear.
+
 Senders are paced (a sender thread per worker, the datagrams spread evenly in time) at
 ``transport.pace_mbit``, by default, per phase, the bottleneck's share for a sender when all
 of the phase's senders send at once: the medium's rate over the senders on a bus, a receiver
@@ -34,6 +42,7 @@ import collections
 import errno
 import fcntl
 import hashlib
+import hmac
 import queue
 import socket
 import struct
@@ -70,6 +79,37 @@ CAUSES = ("injected", "lost", "late")
 REPAIR_AFTER_S = 0.05
 #: How far a sender late on its pace (a thread not scheduled in time) may catch up at once.
 CATCH_UP_S = 0.001
+#: Bytes of the message authentication code that ends every datagram, and of the run's key.
+MAC, KEY = 16, 32
+#: Why a receiver dropped a datagram unfiled (counted in ``summary.json``'s ``repairs``).
+DROPS = ("malformed", "forged", "foreign", "stale")
+
+
+def authenticator(key: bytes):
+    """The keyed BLAKE2b of a run's key: ``.copy()`` it for each datagram."""
+    if len(key) != KEY:
+        raise ValueError(f"a multicast key is {KEY} bytes, not {len(key)}")
+    return hashlib.blake2b(key=key, digest_size=MAC)
+
+
+def seal(datagram: bytearray, mac) -> None:
+    """Write the code of everything before the last :data:`MAC` bytes into those bytes."""
+    h = mac.copy()
+    h.update(memoryview(datagram)[:-MAC])
+    datagram[-MAC:] = h.digest()
+
+
+def authentic(datagram: bytes, mac) -> bool:
+    """Whether a datagram's last :data:`MAC` bytes are the code of the rest under ``mac``.
+
+    >>> mac = authenticator(bytes(KEY))
+    >>> d = bytearray(b"payload" + bytes(MAC)); seal(d, mac)
+    >>> authentic(bytes(d), mac), authentic(b"Payload" + bytes(d[7:]), mac)
+    (True, False)
+    """
+    h = mac.copy()
+    h.update(memoryview(datagram)[:-MAC])
+    return hmac.compare_digest(h.digest(), datagram[-MAC:])
 
 
 def group_address(run_id: str, receivers) -> str:
@@ -94,11 +134,13 @@ class MulticastLink(Link):
         worker,
         groups,
         pace_mbit,
+        key,
         drop=0.0,
         seed=0,
         repair_after_s=REPAIR_AFTER_S,
     ):
         super().__init__(run_id, rank, peers, worker)
+        self.mac = authenticator(key)
         self.repair_after_s = self.poll_s = repair_after_s
         worker.handlers[NACK] = _on_nack
         self.ips = [_host(a) for a in peers]
@@ -110,7 +152,7 @@ class MulticastLink(Link):
         self.repaired = 0  # datagrams sent again at a receiver's request
         self.asks = 0  # negative acknowledgements this rank sent
         self.asks_early = 0  # asks it got for data not yet sent or still on its way
-        self.malformed = 0  # datagrams too short or inconsistent to file: dropped
+        self.dropped = dict.fromkeys(DROPS, 0)  # datagrams dropped unfiled, by why
         # datagrams this rank received again, by why it had asked (see CAUSES)
         self.again = dict.fromkeys(CAUSES, 0)
         self._asked: dict[str, dict] = {}  # key asked about -> {"seen", "first"} indices
@@ -123,12 +165,18 @@ class MulticastLink(Link):
         self._seq = 0  # the sequence number of the next datagram this rank puts on the network
         self._heard: dict[int, int] = {}  # sender -> the highest sequence number had from it
         self._rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:  # root may go past net.core.rmem_max
             self._rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
         except OSError:
             self._rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self._rx.bind(("", self.port))
+        try:  # no SO_REUSEADDR: a port another process holds is an error, not a shared port
+            self._rx.bind(("", self.port))
+        except OSError as e:
+            self._rx.close()
+            raise PeerLost(
+                f"rank {rank} could not take UDP port {self.port} for the multicast transport "
+                f"({e.strerror}): another process holds it"
+            ) from None
         me = socket.inet_aton(self.ips[rank])
         for members in groups:
             group = socket.inet_aton(group_address(run_id, members))
@@ -187,6 +235,7 @@ class MulticastLink(Link):
                 for datagram in datagrams:
                     _SEQ.pack_into(datagram, 4, self._seq)  # the wire's order, 2^32 a run
                     self._seq = (self._seq + 1) & 0xFFFFFFFF
+                    seal(datagram, self.mac)
                     now = time.monotonic()
                     due = max(due, now - CATCH_UP_S)
                     if due - now > 0.001:
@@ -219,7 +268,7 @@ class MulticastLink(Link):
             if last is not None:
                 marker = _HEAD.pack(self.tag, 0, 0, 0, len(key), self.rank, MARKER)
                 self._outbox.put(
-                    (key, self.ips[requester], [bytearray(marker + key.encode())], 1e9)
+                    (key, self.ips[requester], [bytearray(marker + key.encode() + bytes(MAC))], 1e9)
                 )
             return
         datagrams = kept[0]
@@ -250,15 +299,16 @@ class MulticastLink(Link):
             except OSError:
                 return
             dropped = self.rng is not None and self.rng.random() < self.drop  # seeded loss
-            parsed = _parse(datagram, self.tag)
-            if parsed is None:  # another run's
-                continue
-            if parsed is False:  # a datagram the receiver must not die of
+            parsed = _parse(datagram, self.tag, self.mac)
+            if isinstance(parsed, str):  # a datagram not to file (nor to die of)
                 with self._cond:
-                    self.malformed += 1
+                    self.dropped[parsed] += 1
                 continue
             seq, index, count, sender, code, key, start = parsed
             with self._cond:
+                if _step_of(key) < self._floor:  # a step over: a late copy, or a replay
+                    self.dropped["stale"] += 1
+                    continue
                 if dropped:
                     self._dropped.add((key, index))
                     continue
@@ -279,7 +329,7 @@ class MulticastLink(Link):
                         continue  # a repair of what is complete already
                     entry = self._partial[key] = {"parts": {}, "count": count, "asked": 0.0}
                 entry["count"] = count
-                entry["parts"][index] = datagram[start:]
+                entry["parts"][index] = datagram[start:-MAC]
                 entry["seen"] = time.monotonic()
                 if len(entry["parts"]) < count:
                     continue
@@ -290,14 +340,15 @@ class MulticastLink(Link):
 
     def repair_counts(self) -> dict[str, int]:
         """What this rank's repairs have cost so far: datagrams it sent again, asks it sent,
-        asks it got too early, and the datagrams it received again by cause."""
+        asks it got too early, the datagrams it received again by cause, and those it
+        dropped unfiled, by why (:data:`DROPS`)."""
         with self._cond:
             return {
                 "sent_again": self.repaired,
                 "asks": self.asks,
                 "asks_early": self.asks_early,
-                "malformed": self.malformed,
                 **self.again,
+                **self.dropped,
             }
 
     def _count_again(self, key: str, index: int, repair: int) -> None:
@@ -385,16 +436,20 @@ def _on_nack(run=None, rank=None, src=None, key=None, data=None) -> None:
 
 
 def _fragments(tag: bytes, sender: int, key: str, data: np.ndarray) -> list[bytearray]:
-    """The datagrams of one message (the sequence numbers are stamped as they leave)."""
+    """The datagrams of one message (the sequence numbers are stamped, and the codes
+    written, as they leave)."""
     raw = np.ascontiguousarray(data)
     code = _CODES[np.dtype(raw.dtype)]
     body = raw.view(np.uint8).tobytes()
     k = key.encode()
-    room = DATAGRAM - _HEAD.size - len(k)
+    room = DATAGRAM - _HEAD.size - len(k) - MAC
     count = max(1, -(-len(body) // room))
     return [
         bytearray(
-            _HEAD.pack(tag, 0, i, count, len(k), sender, code) + k + body[i * room : (i + 1) * room]
+            _HEAD.pack(tag, 0, i, count, len(k), sender, code)
+            + k
+            + body[i * room : (i + 1) * room]
+            + bytes(MAC)
         )
         for i in range(count)
     ]
@@ -416,31 +471,38 @@ def _as_repair(datagram: bytearray) -> bytearray:
 MAX_PARTS = 1 << 22
 
 
-def _parse(datagram: bytes, tag: bytes):
-    """``(seq, index, count, sender, code, key, start)`` of a datagram of this run; ``None``
-    for another run's (another tag), ``False`` for one too short or inconsistent to file.
+def _parse(datagram: bytes, tag: bytes, mac):
+    """``(seq, index, count, sender, code, key, start)`` of an authentic datagram of this
+    run (its data: ``datagram[start:-MAC]``), or why it is dropped (one of :data:`DROPS` but
+    ``stale``, which needs the receiver's step): too short or inconsistent, a code that does
+    not hold, another run's tag.
 
-    >>> _parse(b"short", b"abcd") is False
-    True
-    >>> head = _HEAD.pack(b"abcd", 7, 0, 1, 3, 2, 0) + b"k/1" + b"\\0" * 4
-    >>> _parse(head, b"abcd")[:6], _parse(head, b"wxyz")
-    ((7, 0, 1, 2, 0, 'k/1'), None)
+    >>> mac = authenticator(bytes(KEY))
+    >>> d = bytearray(_HEAD.pack(b"abcd", 7, 0, 1, 3, 2, 0) + b"5/x" + bytes(4 + MAC))
+    >>> seal(d, mac); d = bytes(d)
+    >>> _parse(d, b"abcd", mac)[:6], _parse(d, b"wxyz", mac)
+    ((7, 0, 1, 2, 0, '5/x'), 'foreign')
+    >>> _parse(d[:20] + b"!" + d[21:], b"abcd", mac), _parse(b"short", b"abcd", mac)
+    ('forged', 'malformed')
     """
-    if len(datagram) < _HEAD.size:
-        return False
+    if len(datagram) < _HEAD.size + MAC:
+        return "malformed"
     got, seq, index, count, n_key, sender, code = _HEAD.unpack_from(datagram)
     if got != tag:
-        return None
+        return "foreign"
+    if not authentic(datagram, mac):
+        return "forged"
     start = _HEAD.size + n_key
     data = not code & MARKER
-    if start > len(datagram) or (data and not (index < count <= MAX_PARTS)):
-        return False
+    if start > len(datagram) - MAC or (data and not (index < count <= MAX_PARTS)):
+        return "malformed"
     if data and code & ~REPAIR not in _DTYPES:
-        return False
+        return "malformed"
     try:
         key = datagram[_HEAD.size : start].decode()
-    except UnicodeDecodeError:
-        return False
+        _step_of(key)
+    except (UnicodeDecodeError, ValueError):
+        return "malformed"
     return seq, index, count, sender, code, key, start
 
 
