@@ -10,7 +10,7 @@ from math import comb
 import pytest
 
 from dcoded.coding import best_m, check_m, covers, hybrid_plan, profile, subsets
-from dcoded.coding.covering import link_bound, solve
+from dcoded.coding.covering import link_bound, read_table, solve, write_table
 from dcoded.coding.family_table import FAMILIES, PROVEN
 
 NRM = [
@@ -151,3 +151,30 @@ def test_link_bound():
     for n, r in [(5, 2), (7, 3)]:
         assert link_bound(n, r, r) == comb(n - 1, r)  # m = r: every r-subset itself
     assert subsets(3, 2) == [(0, 1), (0, 2), (1, 2)]
+
+
+def test_the_table_is_read_back_as_written_and_never_run(tmp_path):
+    """``--resume`` read the table by running it: a ``--out`` from someone else ran their code.
+    It is parsed now: the committed table reads back as the module has it, one written by
+    :func:`write_table` round-trips, and a file with code in it is refused unrun."""
+    table = read_table()
+    assert {k: tuple((tuple(s), ks) for s, ks in v) for k, v in FAMILIES.items()} == {
+        k: tuple(
+            (tuple(s), tuple(sorted(j for t, j in e["active"] if tuple(t) == tuple(s))))
+            for s in e["family"]
+        )
+        for k, e in table.items()
+    }
+    assert {k: tuple(e["optimal"].values()) for k, e in table.items()} == PROVEN
+    some = {k: table[k] for k in list(table)[:3]}
+    write_table(some, tmp_path / "t.py")
+    assert read_table(tmp_path / "t.py") == some
+    touched = tmp_path / "touched"
+    hostile = tmp_path / "h.py"
+    hostile.write_text(f"FAMILIES = open({str(touched)!r}, 'w') and {{}}\nPROVEN = {{}}\n")
+    with pytest.raises(ValueError, match="FAMILIES is not a literal table"):
+        read_table(hostile)
+    hostile.write_text(f"open({str(touched)!r}, 'w')\n")
+    with pytest.raises(ValueError, match="is not a table written by write_table"):
+        read_table(hostile)
+    assert not touched.exists()

@@ -25,6 +25,7 @@ records whether each stage was proven optimal.
 from __future__ import annotations
 
 import argparse
+import ast
 import itertools
 import sys
 import time
@@ -244,9 +245,19 @@ def write_table(entries: dict[tuple[int, int, int], dict], path: Path = TABLE) -
 
 
 def read_table(path: Path = TABLE) -> dict[tuple[int, int, int], dict]:
-    """The entries of a table module written by :func:`write_table`."""
-    ns: dict = {}
-    exec(compile(path.read_text(), str(path), "exec"), ns)
+    """The entries of a table module written by :func:`write_table`, read as literals (the
+    file is parsed, never run: a ``--out`` someone else wrote runs no code of theirs)."""
+    ns = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", None)
+            if name in ("FAMILIES", "PROVEN"):
+                try:
+                    ns[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    raise ValueError(f"{path}: {name} is not a literal table") from None
+    if set(ns) != {"FAMILIES", "PROVEN"}:
+        raise ValueError(f"{path} is not a table written by write_table (FAMILIES, PROVEN)")
     out = {}
     for key, groups in ns["FAMILIES"].items():
         size, degree, pairs = ns["PROVEN"][key]
