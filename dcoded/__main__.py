@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from dcoded import files
 from dcoded.errors import DcodedError, NetemRunFailed
 from dcoded.interrupt import Interrupted, sigterm_as_interrupt
 from dcoded.results import ERROR_FILE, write_sweep_table
@@ -50,7 +51,7 @@ def app(cfg: DictConfig) -> float | None:
     except Exception as e:  # a bug: a run shows it as Hydra does, a sweep records it
         trace = traceback.format_exc()
         if not multirun:
-            Path(out_dir, ERROR_FILE).write_text(f"{type(e).__name__}: {e}\n\n{trace}")
+            files.write_text(Path(out_dir, ERROR_FILE), f"{type(e).__name__}: {e}\n\n{trace}")
             raise
         print(trace, file=sys.stderr)
         return _failed(multirun, out_dir, f"{type(e).__name__}: {e}\n\n{trace}", 1)
@@ -65,7 +66,7 @@ def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
     single run then ends with ``code``, a job of a multirun lets the sweep go on (Hydra's
     launcher would stop at the first job that exits)."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    Path(out_dir, ERROR_FILE).write_text(message + "\n")
+    files.write_text(Path(out_dir, ERROR_FILE), message + "\n")
     logging.getLogger("dcoded.log_only").error(f"error: {message}")
     if not multirun:
         sys.exit(code)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from dcoded import files
 from dcoded.coding import Placement, bounds, hybrid_plan
 from dcoded.coding.helptext import help_text
 from dcoded.coding.messages import step_messages
@@ -358,13 +359,13 @@ def read(sweep_dirs: list[Path]) -> tuple[list[dict], str, list[str]]:
 
 def write(rows: list[dict], header: str, out: Path) -> str:
     """``bench.csv``, ``bench.md`` and ``bench.json`` into ``out``; the markdown."""
-    with open(out / f"{TABLE_STEM}.csv", "w", newline="") as f:
+    with files.create(out / f"{TABLE_STEM}.csv", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     text = markdown(rows, header)
-    (out / f"{TABLE_STEM}.md").write_text(text)
-    (out / f"{TABLE_STEM}.json").write_text(json.dumps(rows, indent=1))
+    files.write_text(out / f"{TABLE_STEM}.md", text)
+    files.write_text(out / f"{TABLE_STEM}.json", json.dumps(rows, indent=1))
     return text
 
 
@@ -373,7 +374,7 @@ def run_sweep(args: list[str], out: Path) -> int:
     and each job's launch line to stderr; returns its exit status."""
     cmd = [sys.executable, "-m", "dcoded", "-m", *args, f"hydra.sweep.dir={out}"]
     name = args[0].split("=", 1)[1]
-    with open(out / f"{name}.log", "a") as log:
+    with files.append(out / f"{name}.log") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
         print(f"{name}: {' '.join(cmd[2:])}", file=sys.stderr, flush=True)

@@ -13,13 +13,13 @@ function of ``(train.seed, epoch)``.
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dcoded import files
 from dcoded.errors import CheckpointError
 
 FILE = "checkpoint.npz"
@@ -59,13 +59,7 @@ def save(run_dir: Path, ckpt: Checkpoint) -> Path:
     arrays |= {f"opt.{k}": np.asarray(v) for k, v in ckpt.optimizer.items()}
     meta = {"format": FORMAT, **ckpt.meta}
     arrays["meta"] = np.frombuffer(json.dumps(meta, default=str).encode(), dtype=np.uint8)
-    final, tmp = run_dir / FILE, run_dir / (FILE + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(final)
-    return final
+    return files.replace(run_dir / FILE, lambda f: np.savez(f, **arrays), "wb")
 
 
 #: The most float32 values a checkpoint's ``theta`` (and each optimizer tensor) may hold:

@@ -30,12 +30,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dcoded import files
 from dcoded.errors import NetemRunFailed, NetemUnavailable
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find; the
@@ -162,6 +164,7 @@ class Network:
     hosts: dict[str, Host] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
     logs: list = field(default_factory=list)  # open log files of those processes
+    scratch: str | None = None  # the workers' scratch folder (removed with the network)
 
     @property
     def scheduler_address(self) -> str:
@@ -223,7 +226,7 @@ def _tbf(ns: str, ifname: str, rate_mbit: float, queue_ms: float = QUEUE_MS) -> 
 def build(n_workers: int, links: Links) -> Network:
     """Make the namespaces, the bridges and the shaped links (no processes yet)."""
     check_available()
-    run = uuid.uuid4().hex[:6]
+    run = f"{uuid.uuid4().hex[:6]}p{os.getpid()}"  # the builder's pid: cleanup spares a live run
     net = Network(run=run, hub=f"{prefix()}-{run}-hub", links=links)
     names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
     hub = net.hub
@@ -350,11 +353,13 @@ def _in_ns(host: Host, argv: list[str], env: Mapping | None = None, **kw) -> sub
 
 
 def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> None:
-    """Start ``dask scheduler`` and one single-threaded ``dask worker`` per worker namespace."""
-    log_dir.mkdir(parents=True, exist_ok=True)
+    """Start ``dask scheduler`` and one single-threaded ``dask worker`` per worker namespace
+    (each worker's scratch space in a folder of the network's own, not Dask's shared one)."""
+    _own_folder(log_dir)
+    net.scratch = tempfile.mkdtemp(prefix=f"{net.hub.removesuffix('-hub')}-")  # mode 0700
     bindir = Path(sys.executable).parent
     sched = net.hosts["sched"]
-    out = open(log_dir / "scheduler.log", "w")  # closed by destroy()
+    out = files.create(log_dir / "scheduler.log")  # closed by destroy()
     net.logs.append(out)
     net.processes.append(
         _in_ns(
@@ -373,7 +378,7 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
         )
     )
     for host in net.workers():
-        out = open(log_dir / f"worker-{host.name}.log", "w")  # closed by destroy()
+        out = files.create(log_dir / f"worker-{host.name}.log")  # closed by destroy()
         net.logs.append(out)
         net.processes.append(
             _in_ns(
@@ -393,6 +398,8 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                     str(connect_timeout_s),
                     "--preload",
                     "dcoded.engine.direct",
+                    "--local-directory",
+                    net.scratch,
                 ],
                 env={
                     "OMP_NUM_THREADS": "1",
@@ -435,6 +442,16 @@ def destroy(net: Network) -> None:
         _delete_namespace(ns)
     for f in net.logs:
         f.close()
+    if net.scratch:
+        shutil.rmtree(net.scratch, ignore_errors=True)
+
+
+def _own_folder(path: Path) -> None:
+    """Make a folder dcoded names itself in a run folder (``netem/``), refusing one that is a
+    symbolic link: root would write its fixed names wherever it points."""
+    if path.is_symlink():
+        raise NetemUnavailable(f"{path} is a symbolic link: remove it, or choose another folder")
+    path.mkdir(parents=True, exist_ok=True)
 
 
 def _delete_namespace(ns: str) -> None:
@@ -451,13 +468,38 @@ def stale_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"{prefix()}-")]
 
 
-def cleanup() -> list[str]:
+def builder(ns: str) -> int | None:
+    """The pid of the process that made a namespace (its name says it), if it still runs and
+    is not this one: that run is live.
+
+    >>> builder("dcn-1a2b3cp1-w0")  # pid 1, init: alive, and not this process
+    1
+    >>> builder("dcn-1a2b3c-w0") is None  # a name of an older dcoded: no pid in it
+    True
+    """
+    run = ns.split("-")[1] if ns.count("-") >= 2 else ""
+    pid = run.rpartition("p")[2]
+    if "p" not in run or not pid.isdigit() or int(pid) == os.getpid():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return int(pid)
+
+
+def cleanup(force: bool = False) -> tuple[list[str], list[str]]:
     """Remove every namespace (and the processes in it) that a netem run of this prefix
-    (:func:`prefix`) left behind."""
-    gone = stale_namespaces()
+    (:func:`prefix`) left behind: ``(removed, spared)``. A namespace whose builder still runs
+    (another process's live run) is spared unless ``force``."""
+    gone, spared = [], []
+    for ns in stale_namespaces():
+        (spared if builder(ns) and not force else gone).append(ns)
     for ns in gone:
         _delete_namespace(ns)
-    return gone
+    return gone, spared
 
 
 @contextlib.contextmanager
@@ -551,7 +593,7 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     """
     cluster = cfg["cluster"]
     out_dir = Path(out_dir)
-    (out_dir / "netem").mkdir(parents=True, exist_ok=True)
+    _own_folder(out_dir / "netem")
     child = copy.deepcopy(dict(cfg))
     child["cluster"] = {
         "kind": "address",
@@ -565,12 +607,19 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         "netem": net.links.as_dict(),
         "given": dict(cluster),  # what summary.json records as the run's cluster
     }
-    spec_file = out_dir / "netem" / "config.json"
-    spec_file.write_text(json.dumps(child))
+    # the driver reads its config from a pipe: a file root wrote and a root child read back
+    # could be swapped in between; config.json is only the record of what it was given
+    text = json.dumps(child)
+    files.write_text(out_dir / "netem" / "config.json", text)
     proc = _in_ns(
         net.hosts["drv"],
-        [sys.executable, "-m", "dcoded.run", str(spec_file), str(out_dir), "--no-table"],
+        [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
+        stdin=subprocess.PIPE,
+        text=True,
     )
+    with contextlib.suppress(BrokenPipeError):  # a driver that died at once says why itself
+        proc.stdin.write(text)
+        proc.stdin.close()
     try:
         code = wait_interruptibly(proc)
     except BaseException:
@@ -675,14 +724,24 @@ def wire_probe(hosts: list[Mapping]):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dcoded.netem")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("cleanup", help="remove namespaces and processes left by a killed run")
+    clean = sub.add_parser("cleanup", help="remove namespaces and processes left by a killed run")
+    clean.add_argument(
+        "--force", action="store_true", help="also those of a run whose process still runs"
+    )
     sub.add_parser("list", help="list the namespaces of netem runs")
     args = parser.parse_args(argv)
     if args.command == "list":
-        print("\n".join(stale_namespaces()) or "no netem namespaces")
+        names = stale_namespaces()
+        print("\n".join(f"{ns}{'  (live)' if builder(ns) else ''}" for ns in names) or "none")
         return 0
-    gone = cleanup()
+    gone, spared = cleanup(args.force)
     print(f"removed {len(gone)} namespace(s)" + (": " + ", ".join(gone) if gone else ""))
+    if spared:
+        runs = ", ".join(map(str, sorted({builder(ns) for ns in spared} - {None})))
+        print(
+            f"left {len(spared)} namespace(s) of live runs alone (process {runs}): "
+            "--force removes them too"
+        )
     return 0
 
 

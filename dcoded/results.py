@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from dcoded import files
+
 #: What a job that failed leaves in its folder: the error (a traceback for a bug).
 ERROR_FILE = "error.txt"
 #: ``results.csv`` and ``results.md``: a sweep's table, in its folder.
@@ -213,11 +215,11 @@ def write_sweep_table(sweep_dir: str | Path) -> list[dict]:
     the rows."""
     sweep_dir = Path(sweep_dir)
     rows, columns = sweep_table(load_sweep(sweep_dir))
-    with open(sweep_dir / f"{TABLE_STEM}.csv", "w", newline="") as f:
+    with files.create(sweep_dir / f"{TABLE_STEM}.csv", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    (sweep_dir / f"{TABLE_STEM}.md").write_text(table_text(sweep_dir, rows, columns))
+    files.write_text(sweep_dir / f"{TABLE_STEM}.md", table_text(sweep_dir, rows, columns))
     return rows
 
 

@@ -20,7 +20,7 @@ import types
 from collections.abc import Mapping
 from pathlib import Path
 
-from dcoded import netem
+from dcoded import files, netem
 from dcoded.cluster import attach_cluster, open_cluster
 from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
@@ -261,7 +261,8 @@ def _resume_hint(ctx: Context) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dcoded.run CONFIG OUT_DIR``: run a saved config (a run's
-    ``.hydra/config.yaml``, or JSON) into ``OUT_DIR``; print the results table. Exits 2 with
+    ``.hydra/config.yaml``, or JSON; ``-``: YAML or JSON from standard input) into ``OUT_DIR``;
+    print the results table. Exits 2 with
     one line on a :class:`~dcoded.errors.DcodedError`."""
     from dcoded.summary import format_results
 
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         with contextlib.suppress(OSError):  # error.txt, as a job of a sweep leaves it
             Path(args[1]).mkdir(parents=True, exist_ok=True)
-            Path(args[1], ERROR_FILE).write_text(f"{e}\n")
+            files.write_text(Path(args[1], ERROR_FILE), f"{e}\n")
         return 2
     except Interrupted as e:  # what was measured is written; one line, as outside
         print(f"stopped: {e}", file=sys.stderr)
@@ -295,8 +296,11 @@ def _read_config(path: Path):
     from omegaconf import OmegaConf
 
     try:
-        text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else OmegaConf.create(text)
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        if path.suffix == ".json" or (str(path) == "-" and text.lstrip().startswith("{")):
+            data = json.loads(text)  # as JSON: YAML 1.1 would read 1e-05 as a string
+        else:
+            data = OmegaConf.create(text)
     except OSError as e:
         raise ConfigError(f"cannot read the config {path}: {e.strerror or e}") from None
     except Exception as e:  # JSON or YAML that does not parse: its parser's first line

@@ -18,6 +18,7 @@ import distributed
 import numpy as np
 import torch
 
+from dcoded import files
 from dcoded.cluster import available_cores
 from dcoded.coding import loads
 from dcoded.coding.stragglers import backup_bound
@@ -186,9 +187,7 @@ def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndar
     """``summary.json``, ``history.csv`` and the final parameters ``theta.npy`` (float32), each
     written to a temporary name then renamed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "theta.npy.tmp", "wb") as f:
-        np.save(f, np.asarray(theta, dtype="<f4"))
-    (out_dir / "theta.npy.tmp").replace(out_dir / "theta.npy")
+    files.replace(out_dir / "theta.npy", lambda f: np.save(f, np.asarray(theta, "<f4")), "wb")
     write_summary(out_dir, summary)
     write_history(out_dir / "history.csv", rows)
 
@@ -196,9 +195,8 @@ def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndar
 def write_summary(out_dir: Path, summary: dict) -> None:
     """``summary.json``, written to a temporary name then renamed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")  # a user's own values too
-    tmp.replace(out_dir / "summary.json")
+    text = json.dumps(summary, indent=2, default=str) + "\n"  # a user's own values too
+    files.replace(out_dir / "summary.json", lambda f: f.write(text))
 
 
 def _resources(env: Mapping) -> str:

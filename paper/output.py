@@ -7,6 +7,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+from dcoded import files
 from paper import paths
 
 
@@ -31,12 +32,12 @@ def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
 def write_table(rows: Sequence[dict], columns: Sequence[str], stem: Path, caption: str) -> str:
     """``stem.csv`` (full precision) and ``stem.md`` (rounded, with the caption); returns the md."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+    with files.create(stem.with_suffix(".csv"), newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     text = markdown(rows, columns)
-    stem.with_suffix(".md").write_text(f"{caption}\n\n{text}")
+    files.write_text(stem.with_suffix(".md"), f"{caption}\n\n{text}")
     return text
 
 

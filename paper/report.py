@@ -8,6 +8,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from dcoded import files
 from dcoded.coding import load_table
 from paper import (
     figure_accuracy,
@@ -661,7 +662,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     ]
     target = paths.report(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(parts) + "\n")
+    files.write_text(target, "\n".join(parts) + "\n")
 
 
 if __name__ == "__main__":

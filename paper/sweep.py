@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from dcoded import files
 from dcoded.coding.helptext import help_text
 from paper import cache, paths
 from paper.cache import COMPLETE, SKIPPED
@@ -104,7 +105,7 @@ def run_sweep(experiment: str, dest: Path, overrides: list[str]) -> int:
         f"hydra.sweep.dir={dest}",
     ]
     jobs = 0
-    with open(dest / "sweep.log", "w") as log:
+    with files.create(dest / "sweep.log") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(
@@ -190,7 +191,7 @@ def _needs_netem(dest: Path, experiment: str, note: str | None, check: bool) -> 
         print(f"{experiment}: missing; it needs cluster=netem, which is not available here")
         return
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / SKIPPED).write_text(json.dumps({"why": note, "at": _now()}))
+    files.write_text(dest / SKIPPED, json.dumps({"why": note, "at": _now()}))
     print(f"{experiment}: skipped, it sweeps the links' rate and needs cluster=netem")
 
 
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             "finished": _now(),
             "seconds": round(seconds, 1),
         }
-        (dest / COMPLETE).write_text(json.dumps(record, indent=1))
+        files.write_text(dest / COMPLETE, json.dumps(record, indent=1))
         print(f"{experiment}: {jobs} runs in {seconds:.0f} s -> {dest}", flush=True)
     return 0
 

@@ -5,6 +5,7 @@ light."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import subprocess
@@ -117,3 +118,30 @@ def test_a_rerun_into_the_same_folder_drops_the_last_error(tmp_path):
     (tmp_path / "cfg.yaml").write_text(OmegaConf.to_yaml(tiny_config()))
     assert dcoded.run.main([str(tmp_path / "cfg.yaml"), str(tmp_path / "out")]) == 0
     assert not (tmp_path / "out" / "error.txt").exists()
+
+
+def test_links_planted_at_the_names_a_run_writes_are_replaced_not_followed(tmp_path):
+    """Root (``cluster=netem``) wrote fixed names in the run folder the usual way, so a link
+    put at ``summary.json.tmp`` by someone who can write there made it truncate the target.
+    Each name is made new: the targets keep their bytes, the run's files are its own."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {}
+    for name in ("summary.json.tmp", "history.csv.tmp", "theta.npy.tmp", "summary.json"):
+        victim = tmp_path / f"victim-{name}"
+        victim.write_text("precious\n")
+        (out / name).symlink_to(victim)
+        victims[name] = victim
+    summary = dcoded.run.run(tiny_config(), out_dir=out)
+    assert all(v.read_text() == "precious\n" for v in victims.values())
+    assert json.loads((out / "summary.json").read_text())["param_sha256"] == summary["param_sha256"]
+    assert not any(p.is_symlink() for p in out.iterdir())
+
+
+def test_a_saved_config_can_come_from_standard_input(tmp_path, monkeypatch):
+    """``python -m dcoded.run - OUT``: how the emulated network hands its driver the config
+    (a pipe: nothing on disk to swap between writing and reading); JSON keeps 1e-05 a number."""
+    cfg = OmegaConf.to_container(tiny_config("train.lr=1e-05"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(cfg)))
+    assert dcoded.run.main(["-", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["config"]["train"]["lr"] == 1e-05

@@ -137,30 +137,68 @@ def test_a_failing_run_leaves_nothing_behind(tmp_path):
         )
 
 
+BUILD_AND_WAIT = """
+from dcoded import netem
+netem.build(2, netem.Links(rate_mbit=50))
+print("built", flush=True)
+input()
+"""
+
+
+def _cleanup(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "dcoded.netem", "cleanup", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @needs_netem
 def test_cleanup_removes_a_stale_set_and_only_its_own(monkeypatch):
-    """A killed run's set goes; another prefix's (a second suite's, a user's run beside this
-    one) stays."""
+    """A killed run's set goes; another prefix's (a second suite's) stays, and so does a set
+    whose run's process still runs (it once SIGKILLed a live run's workers) unless --force."""
     own = os.environ["DCODED_NETEM_PREFIX"]
     monkeypatch.setenv("DCODED_NETEM_PREFIX", f"dcx{os.getpid()}")
     other = netem.build(1, netem.Links(rate_mbit=50))
     monkeypatch.setenv("DCODED_NETEM_PREFIX", own)
     try:
-        net = netem.build(2, netem.Links(rate_mbit=50))
-        assert len(netem.stale_namespaces()) == 5  # hub, scheduler, 2 workers, driver
-        del net  # as if the run was killed
-        out = subprocess.run(
-            [sys.executable, "-m", "dcoded.netem", "cleanup"],
+        killed = subprocess.Popen(
+            [sys.executable, "-c", BUILD_AND_WAIT],
             cwd=ROOT,
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
-            timeout=60,
         )
-        assert out.returncode == 0 and "removed 5" in out.stdout
+        assert killed.stdout.readline().strip() == "built"
+        killed.kill()  # the run is killed -9: its set is left behind
+        killed.wait()
+        live = netem.build(1, netem.Links(rate_mbit=50))  # this process's: a live run
+        assert len(netem.stale_namespaces()) == 5 + 4  # hub, scheduler, workers, driver
+        out = _cleanup()
+        assert out.returncode == 0 and "removed 5" in out.stdout, out
+        assert f"left 4 namespace(s) of live runs alone (process {os.getpid()})" in out.stdout
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert other.hub in listed  # not ours: left alone
+        assert other.hub in listed and live.hub in listed  # not ours, or live: left alone
+        out = _cleanup("--force")
+        assert out.returncode == 0 and "removed 4" in out.stdout, out
+        assert netem.stale_namespaces() == []
     finally:
         netem.destroy(other)
+
+
+@needs_netem
+def test_a_netem_folder_that_is_a_link_is_refused_and_nothing_is_written_through_it(tmp_path):
+    """Root wrote ``netem/scheduler.log``, ``worker-*.log`` and ``config.json`` wherever a
+    planted ``netem`` link pointed; it is refused in one line, the target left empty."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "netem").symlink_to(target)
+    with pytest.raises(dcoded.errors.NetemUnavailable, match="netem is a symbolic link"):
+        dcoded.run.run(netem_config("cluster.n_workers=2"), out_dir=tmp_path / "out")
+    assert list(target.iterdir()) == []
 
 
 def test_a_bad_namespace_prefix_is_one_line(monkeypatch):

@@ -281,3 +281,50 @@ def test_help_is_plain_text_without_the_docstrings_markup(module):
     )
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout and "``" not in done.stdout and ":func:" not in done.stdout
+
+
+#: Where a write may open a file the usual way: the one module that does it safely for the rest,
+#: the kernel's cgroup files (never made, only written), and the family table's generator,
+#: which writes a source file of the checkout.
+PLAIN_WRITES = {"dcoded/files.py", "dcoded/engine/straggle.py", "dcoded/coding/covering.py"}
+
+
+def _plain_writes(path: Path) -> list[int]:
+    """Lines of ``path`` that open a file for writing without :mod:`dcoded.files`:
+    ``open(..., "w"/"a"/"x"...)``, ``.open("w")``, ``.write_text``, ``.write_bytes``."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "files":
+            continue  # dcoded.files' own
+        if name in ("write_text", "write_bytes"):
+            lines.append(node.lineno)
+        elif name == "open":
+            args = [*node.args, *(k.value for k in node.keywords if k.arg == "mode")]
+            modes = [
+                a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            ]
+            if any(set(m) & set("wax+") for m in modes):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_every_file_the_package_and_paper_write_is_made_new_without_following_a_link(tmp_path):
+    """Under ``cluster=netem`` the package runs as root: a file opened the usual way at a fixed
+    name followed any symbolic link planted there. Every write goes through dcoded.files."""
+    found = {
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in [*ROOT.glob("dcoded/**/*.py"), *ROOT.glob("paper/*.py")]
+        if str(p.relative_to(ROOT)) not in PLAIN_WRITES
+        for line in _plain_writes(p)
+    }
+    assert found == set()
+    sample = tmp_path / "sample.py"  # what the check sees, and what it lets through
+    sample.write_text(
+        'open(p, "w")\np.write_text("x")\nopen(p, mode="ab")\nopen(p)\nopen(p, "rb")\n'
+        'files.write_text(p, "x")\nwith files.create(p) as f: pass\n'
+    )
+    assert _plain_writes(sample) == [1, 2, 3]

@@ -21,6 +21,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from dcoded import files
 from dcoded.engine.registry import parse_key
 from dcoded.errors import ReplicaMismatch
 from dcoded.results import PHASES
@@ -351,10 +352,11 @@ def _median(rows, key):
 def write_history(path: Path, rows: list[dict]) -> None:
     """``history.csv`` (``HISTORY_COLUMNS``), written to a temporary name then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
+
+    def write(f) -> None:
         writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    tmp.replace(path)
+
+    files.replace(path, write, newline="")
