@@ -387,3 +387,24 @@ def test_task_keys_give_dask_one_prefix_per_kind():
     assert [parse_key(k) for k in keys] == [("dc0123abcdef", "pkt", s) for s in (0, 17, 399)]
     assert parse_key(task_key("run", "seg", -1, 3)) == ("run", "seg", -1)
     assert parse_key("some-other-key") is None
+
+
+def test_ddps_rendezvous_port_is_held_from_the_moment_it_is_chosen():
+    """The rendezvous port was found free, closed, and bound again by gloo later: a local
+    process could take it in between. The store binds a port the kernel picks and keeps it."""
+    import socket
+
+    from dcoded.config import build_spec
+    from dcoded.engine import ddp
+
+    spec = build_spec(tiny_config("algorithm=ddp", "cluster.processes=true"))[0]
+    port = ddp.open_store("held", spec, "127.0.0.1")
+    try:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.bind(("127.0.0.1", port))
+        store = ddp._STORES["held"]
+        store.set("k", "v")
+        peer = torch.distributed.TCPStore("127.0.0.1", port, 2, is_master=False)
+        assert peer.get("k") == b"v"
+    finally:
+        ddp._STORES.pop("held", None)

@@ -43,12 +43,24 @@ from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
 
+#: The rendezvous stores this worker process holds open, by run (rank 0's, until it trains).
+_STORES: dict[str, dist.TCPStore] = {}
 
-def free_port(host: str) -> int:
-    """A port free on ``host`` now (run on worker 0: the rendezvous)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+
+def open_store(run_id: str, spec: RunSpec, host: str) -> int:
+    """Open the run's rendezvous (gloo's ``TCPStore``) on worker 0 and return its port: the
+    store binds a port the kernel picks and keeps it, so no other process can take it between
+    choosing and binding (a port found free, closed and bound again later could be)."""
+    store = dist.TCPStore(
+        host,
+        0,
+        spec.n_workers,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=spec.step_timeout_s),
+        wait_for_workers=False,
+    )
+    _STORES[run_id] = store
+    return store.port
 
 
 def _interface_of(ip: str) -> str | None:
@@ -72,18 +84,19 @@ def ddp_train(
     replica = Replica(spec)
     if theta0 is not None:
         replica.set_theta(theta0)
+    timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+    store = _STORES.pop(run_id, None) if rank == 0 else None
+    if store is None:
+        store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
     dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{master}:{port}",
-        rank=rank,
-        world_size=spec.n_workers,
-        timeout=datetime.timedelta(seconds=spec.step_timeout_s),
+        "gloo", store=store, rank=rank, world_size=spec.n_workers, timeout=timeout
     )
     try:
         return _loop(run_id, rank, spec, replica)
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+        del store
 
 
 def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
@@ -167,7 +180,8 @@ def train_ddp(ctx: Context) -> np.ndarray:
     if ctx.resume is not None:
         raise NotImplementedError("train.resume is not supported for algorithm=ddp yet")
     master = urlparse(workers[0]).hostname
-    port = ctx.gather(client.submit(free_port, master, **pinned(workers[0])), "rendezvous port")
+    opened = client.submit(open_store, spec.run_id, spec, master, **pinned(workers[0]))
+    port = ctx.gather(opened, "rendezvous port")
     futures = [
         client.submit(
             ddp_train,
