@@ -182,6 +182,11 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         )
     if algorithm == "ddp" and train.get("resume"):
         raise ConfigError("train.resume is not supported for algorithm=ddp yet")
+    if algorithm == "ddp" and train.get("on_worker_loss") == "continue":
+        raise ConfigError(
+            "train.on_worker_loss=continue is not supported for algorithm=ddp yet "
+            "(it has no checkpoints to go on from): use stop"
+        )
     if not uses_placement and batch < n_workers:
         raise ConfigError(
             f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
@@ -215,6 +220,8 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         run_id="dc" + uuid.uuid4().hex[:10],
         step_timeout_s=float(train.get("step_timeout_s", 300)),
         checkpoint_every=int(train.get("checkpoint_every") or 0),
+        on_worker_loss=str(train.get("on_worker_loss") or "stop"),
+        replace_within_s=float(train.get("replace_within_s", 30)),
         pipeline=bool(train.get("pipeline", True)),
         transport=transport,
         steps_per_task=steps_per_task,

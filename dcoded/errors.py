@@ -65,7 +65,15 @@ class StepTimeout(RunError):
 
 
 class WorkerLost(RunError):
-    """A worker (or the scheduler) went away during the run."""
+    """A worker (or the scheduler) went away during the run; ``workers``: the addresses of
+    the workers known to be gone (empty where it is the scheduler, or not known)."""
+
+    def __init__(self, message: str = "", workers=()):
+        super().__init__(message)
+        self.workers = list(workers)
+
+    def __reduce__(self):  # one argument for pickle, as RuntimeError's, plus the workers
+        return (type(self), (str(self), self.workers))
 
 
 class Divergence(RunError):

@@ -10,12 +10,16 @@ that way.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import inspect
 import json
+import logging
 import signal
 import sys
 import tempfile
+import threading
+import time
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +30,7 @@ from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
 from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog, write_history
-from dcoded.errors import ConfigError, DcodedError, RunError
+from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
 from dcoded.results import ERROR_FILE, read_history
@@ -103,7 +107,12 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                 session_cm = attach_cluster(client, c["cluster"], spec.n_workers)
             else:
                 session_cm = open_cluster(c["cluster"], spec.n_workers)
-            with session_cm as session, _replicas_dropped(session.client, spec.run_id):
+            run_ids = [spec.run_id]  # one more for each recovery
+            with (
+                _dask_logs_into(run_dir),
+                session_cm as session,
+                _replicas_dropped(session.client, run_ids),
+            ):
                 if session.dashboard:
                     print(f"dashboard: {session.dashboard}")
                 if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
@@ -113,7 +122,17 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                 try:
                     probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
                     wire0, losses0 = probe(), losses()
-                    theta = train_fn(ctx)
+                    while True:
+                        try:
+                            theta = train_fn(ctx)
+                            break
+                        except WorkerLost as e:
+                            if spec.on_worker_loss != "continue":
+                                raise
+                            ctx = recover(ctx, c, e)  # or the one line why it cannot
+                            run_ids.append(ctx.spec.run_id)
+                            cluster_info["workers"] = list(ctx.workers)
+                    spec, reference, log = ctx.spec, ctx.reference, ctx.log
                     wire1 = probe()
                     if losses0 is not None:
                         log.kernel_losses = netem.loss_delta(losses0, losses())
@@ -123,6 +142,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                 if wire0 is not None:
                     log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
     except BaseException as e:
+        spec, log = ctx.spec, ctx.log
         rows = log.history()
         if run_dir is not None and rows:
             write_history(run_dir / "history.csv", log.earlier + rows)
@@ -177,8 +197,75 @@ def resume_changes(resume, spec) -> str:
     return ", ".join(diffs)
 
 
+#: The loggers of Dask and of what it runs on: while a run with a folder talks to its cluster,
+#: into the folder's ``dcoded.log`` instead of the console (a lost scheduler made 34 lines and
+#: two tracebacks there before the run's one line).
+DASK_LOGGERS = ("distributed", "distributed.client", "tornado", "asyncio")
+
+
+class _LogFile(logging.FileHandler):
+    """A log file opened (its folder made) at the first record only, through
+    :func:`dcoded.files.append`: a run that fails before anything is logged writes nothing."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return files.append(self.baseFilename)
+
+
 @contextlib.contextmanager
-def _replicas_dropped(client, run_id: str):
+def _dask_logs_into(run_dir: Path | None):
+    """Send :data:`DASK_LOGGERS`' warnings and errors to ``run_dir/dcoded.log`` (appended to)
+    and nothing of them to the console, for the time of the block; nothing changes without a
+    folder."""
+    if run_dir is None:
+        yield
+        return
+    handler = _LogFile(run_dir / "dcoded.log")
+    handler.setLevel(logging.WARNING)  # what went wrong, not Dask's chatter of every connection
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    saved = {}
+    for name in DASK_LOGGERS:
+        logger = logging.getLogger(name)
+        saved[name] = (list(logger.handlers), logger.propagate)
+        console = [h for h in logger.handlers if type(h) is logging.StreamHandler]
+        logger.handlers = [h for h in logger.handlers if h not in console] + [handler]
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for name, (handlers, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()
+
+
+#: How long the end of a run (or of an attempt) waits for its workers to drop what they hold.
+TEARDOWN_WAIT_S = 10.0
+#: A recovery: how long the scheduler may take to notice a worker gone, and how long a
+#: frozen worker's nanny is given to restart it.
+LOSS_SEEN_S, RESTART_WAIT_S = 10.0, 4.0
+
+
+def _teardown(client, run_ids, workers: list[str] | None = None) -> None:
+    """Drop the replicas, links and records of ``run_ids`` from ``workers`` (all) that answer
+    within :data:`TEARDOWN_WAIT_S` (a frozen worker never does); a step waiting on a link
+    wakes and ends."""
+
+    def teardown():
+        with contextlib.suppress(Exception):
+            for run_id in run_ids:
+                client.run(registry.teardown, run_id, workers=workers, on_error="ignore")
+
+    done = threading.Thread(target=teardown, daemon=True, name="dcoded teardown")
+    done.start()
+    done.join(TEARDOWN_WAIT_S)
+
+
+@contextlib.contextmanager
+def _replicas_dropped(client, run_ids: list[str]):
     """On the way out, drop the run's replicas and records from the workers (they may serve
     other runs), if the scheduler is still there: a dead one would hold ``client.run`` for its
     whole connect timeout."""
@@ -186,8 +273,111 @@ def _replicas_dropped(client, run_id: str):
         yield
     finally:
         if client.status == "running":
-            with contextlib.suppress(Exception):
-                client.run(registry.teardown, run_id, on_error="ignore")
+            _teardown(client, run_ids)
+
+
+def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
+    """``train.on_worker_loss=continue``: the context of the same run resumed by hand from its
+    newest checkpoint (``train.resume``; from the start if it has none), on a worker that took
+    the lost one's place within ``train.replace_within_s`` or else on the workers left; or
+    the one line why it cannot go on (:class:`WorkerLost`)."""
+    began, began_unix, spec, client = time.monotonic(), time.time(), ctx.spec, ctx.client
+    lost = list(error.workers)
+    while not lost and client.status == "running" and time.monotonic() < began + LOSS_SEEN_S:
+        with contextlib.suppress(Exception):  # the scheduler may not have seen it go yet
+            lost = ctx.bounded("finding the lost worker", ctx.lost_workers)
+        if not lost:
+            time.sleep(0.5)
+    if not lost:  # the scheduler, or nothing known: nothing to go on with
+        raise error
+    survivors = [w for w in ctx.workers if w not in lost]
+    with contextlib.suppress(Exception):  # the steps done before the loss stay in history.csv
+        ctx.bounded(
+            "collecting", ctx.collect, "after the loss", survivors, check=ctx.check_connection
+        )
+    rows = ctx.log.history()
+    failed_at = rows[-1]["step"] + 1 if rows else ctx.start_step
+    _teardown(client, [spec.run_id], survivors)  # the attempt's tasks wake on their links
+    replaced = _replace(ctx, lost)
+    workers = survivors + replaced[: spec.n_workers - len(survivors)]
+    where = ctx.last_checkpoint.parent if ctx.last_checkpoint else cfg["train"].get("resume")
+    again = copy.deepcopy(dict(cfg))
+    again["train"] = {**cfg["train"], "resume": str(where) if where else None}
+    again["cluster"] = {**cfg["cluster"], "n_workers": len(workers)}
+    names = ", ".join(f"{w} (rank {ctx.workers.index(w)})" for w in lost)
+    try:
+        spec2, reference, resume = build_spec(again)
+    except ConfigError as e:
+        raise WorkerLost(
+            f"{error}; could not go on with the {len(workers)} worker(s) left (no worker took "
+            f"the place of {names} within train.replace_within_s={spec.replace_within_s:g}s): "
+            f"{e}"
+        ) from None
+    start = resume.step if resume else 0
+    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, peers=None)
+    if spec2.algorithm == "cdc":
+        log.peers = set(workers)
+    log.earlier = [
+        {**r, "replayed": 1} if int(r["step"]) >= start else r for r in ctx.log.earlier + rows
+    ]
+    log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
+    event = {
+        "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
+        "why": str(error),
+        "at_step": failed_at,
+        "resumed_from": start,
+        "steps_replayed": failed_at - start,
+        "replaced": len(workers) - len(survivors),
+        "layout": {
+            "n_workers": spec2.n_workers,
+            "redundancy": spec2.redundancy,
+            "group_size": spec2.placement.g,
+        },
+        "recovery_s": round(time.monotonic() - began, 3),  # until the new attempt starts
+        "to_next_step_s": None,  # until its first step is done (its first task's end)
+        "detected_unix": began_unix,
+    }
+    line = (
+        f"worker {names} lost at step {failed_at}; went on from "
+        f"{'the checkpoint at step ' + str(start) if resume else 'the start'} "
+        f"({failed_at - start} step(s) again) on {len(workers)} workers "
+        f"({event['replaced']} new), after {event['recovery_s']:.1f}s"
+    )
+    print(f"recovered: {line}", file=sys.stderr)
+    log.note(f"recovered: {line}")
+    log.recoveries.append(event)
+    log.recovering = (event, began)
+    if ctx.progress is not None:
+        ctx.progress.rewind(start)
+    out = Context(spec2, client, workers, log, reference, ctx.progress, resume, ctx.run_dir)
+    out.last_checkpoint = ctx.last_checkpoint
+    return out
+
+
+def _replace(ctx: Context, lost: list[str]) -> list[str]:
+    """Workers that took the place of ``lost`` within ``train.replace_within_s`` (a local
+    cluster's nanny restarts a dead one; on ``cluster=address`` new ones may join). A lost
+    worker the scheduler still lists (frozen) is restarted through its nanny, or removed."""
+    client, spec = ctx.client, ctx.spec
+    known = lambda: ctx.bounded(  # noqa: E731
+        "asking the scheduler", lambda: dict(client.scheduler_info(n_workers=-1)["workers"])
+    )
+    still = [w for w in lost if w in known()]
+    if still:
+        with contextlib.suppress(Exception):
+            ctx.bounded(
+                "restarting a frozen worker",
+                client.restart_workers,
+                still,
+                timeout=RESTART_WAIT_S,  # a stopped process is killed after 80% of it
+                raise_for_error=False,
+            )
+    deadline = time.monotonic() + spec.replace_within_s
+    while True:
+        fresh = sorted(w for w in known() if w not in ctx.workers)
+        if len(fresh) >= len(lost) or time.monotonic() >= deadline:
+            return fresh
+        time.sleep(0.5)
 
 
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:

@@ -21,7 +21,7 @@ dcoded.errors.ConfigError: train.seed='abc' is not allowed: it must be an intege
 >>> check_settings({"train": {"lerning_rate": 0.1}})
 Traceback (most recent call last):
 ...
-dcoded.errors.ConfigError: train.lerning_rate is not a setting of dcoded (the settings of train: batch_size, checkpoint_every, epochs, eval_every, lr, pipeline, resume, seed, step_timeout_s, steps)
+dcoded.errors.ConfigError: train.lerning_rate is not a setting of dcoded (the settings of train: batch_size, checkpoint_every, epochs, eval_every, lr, on_worker_loss, pipeline, replace_within_s, resume, seed, step_timeout_s, steps)
 """  # noqa: E501
 
 from __future__ import annotations
@@ -183,6 +183,8 @@ SETTINGS: dict[str, Setting] = {
     "train.seed": integer(0, 2**32 - 1),
     "train.eval_every": integer(0, null="at the end only"),
     "train.step_timeout_s": number(0, above=True, unit="seconds"),
+    "train.on_worker_loss": choice("stop", "continue"),
+    "train.replace_within_s": number(0, unit="seconds"),
     "train.checkpoint_every": integer(0, null="no checkpoints"),
     "train.resume": text(null="a new run"),
     "train.pipeline": flag(),

@@ -161,6 +161,7 @@ def make_summary(
         "straggle": {**dict(spec.straggle), **log.straggle_summary()},
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events),
+        "recoveries": list(log.recoveries),
         "environment": {
             "cores": available_cores(),
             "torch_threads": spec.torch_threads,

@@ -28,6 +28,22 @@ from dcoded.errors import Divergence, StepTimeout, WorkerLost
 POLL_S = 2.0
 #: How long a question to the scheduler may take before it counts as gone.
 SCHEDULER_TIMEOUT_S = 10.0
+#: A worker the scheduler has not heard from (no heartbeat, nothing; Dask's come every 0.5 to
+#: 2 s) for ``max(FROZEN_STEPS x the median step, FROZEN_MIN_S)`` is frozen (a stopped
+#: process, a partition: no connection breaks) and counts as lost; before the run has a
+#: median step, after ``FROZEN_FIRST_S`` (a first step may be slow, a heartbeat is not).
+FROZEN_STEPS, FROZEN_MIN_S, FROZEN_FIRST_S = 10, 10.0, 60.0
+
+
+def frozen_after(median_step_s: float | None) -> float:
+    """Seconds of silence after which a worker counts as frozen.
+
+    >>> frozen_after(None), frozen_after(0.05), frozen_after(3.0)
+    (60.0, 10.0, 30.0)
+    """
+    if median_step_s is None:
+        return FROZEN_FIRST_S
+    return max(FROZEN_STEPS * median_step_s, FROZEN_MIN_S)
 
 
 @dataclass
@@ -134,14 +150,35 @@ class Context:
         return self.bounded(what, self.client.gather, futures, direct=True)
 
     def lost_workers(self) -> list[str]:
+        return [w for w, _ in self.missing_workers()]
+
+    def missing_workers(self) -> list[tuple[str, str]]:
+        """``(address, why)`` of each of the run's workers that is gone from the scheduler,
+        or frozen: silent for longer than :func:`frozen_after` of the median step so far."""
         if self.client is None:
             return []
         # bounded: a dead scheduler would otherwise hold this call for the connect timeout
         info = self.client.sync(
             self.client.scheduler.identity, n_workers=-1, callback_timeout=SCHEDULER_TIMEOUT_S
         )
-        alive = set(info["workers"])
-        return [w for w in self.workers if w not in alive]
+        known = info["workers"]
+        out = [(w, "was lost") for w in self.workers if w not in known]
+        limit = frozen_after(self.log.median_step_s())
+        seen = [known[w].get("last_seen") for w in self.workers if w in known]
+        if seen and None not in seen:
+            newest = max(seen)  # the scheduler's own clock: another machine's may differ
+            for w in self.workers:
+                silent = newest - known[w]["last_seen"] if w in known else 0.0
+                if silent > limit:
+                    out.append(
+                        (
+                            w,
+                            f"has sent nothing for {silent:.0f}s (more than {limit:.0f}s: "
+                            f"max({FROZEN_STEPS} x the median step, {FROZEN_MIN_S:g}s), or "
+                            f"{FROZEN_FIRST_S:g}s before a step is done): frozen, treated as lost",
+                        )
+                    )
+        return out
 
     def check_connection(self, what: str) -> None:
         # a reconnecting client is no better: a scheduler that went away forgot the run
@@ -150,17 +187,25 @@ class Context:
                 f"{what}: lost the connection to the scheduler (client {self.client.status})"
             )
 
-    def collect(self, what: str) -> None:
+    def collect(self, what: str, workers: list[str] | None = None) -> None:
         """Bring the workers' records to the log: each worker hands over what it recorded since
         the last collection (:func:`dcoded.engine.registry.drain_records`); the log takes them in
         (:meth:`TrainingLog.ingest`). Cheap: call it every few steps. A scheduler that goes
         away during the call is :class:`WorkerLost` with the reason, not a traceback."""
-        try:
+
+        def drain():
             # a worker that died took its records with it; the others still answer
-            replies = self.client.run(registry.drain_records, self.log.run_id, on_error="ignore")
-            self.log.ingest(replies.values())
-        except (OSError, TimeoutError) as e:
-            raise WorkerLost(f"{what}: lost the scheduler while collecting records ({e})") from None
+            try:
+                return self.client.run(
+                    registry.drain_records, self.log.run_id, workers=workers, on_error="ignore"
+                )
+            except (OSError, TimeoutError) as e:
+                raise WorkerLost(
+                    f"{what}: lost the scheduler while collecting records ({e})"
+                ) from None
+
+        # bounded: a frozen worker never answers, and client.run would wait for it for ever
+        self.log.ingest(self.bounded(what, drain).values())
 
     def check_cluster(self, what: str) -> None:
         """Raise :class:`WorkerLost` naming the worker (or the scheduler) that is gone."""
@@ -168,12 +213,12 @@ class Context:
             return
         self.check_connection(what)
         try:
-            lost = self.lost_workers()
+            missing = self.missing_workers()
         except (OSError, TimeoutError) as e:
             raise WorkerLost(f"{what}: cannot reach the scheduler ({e})") from None
-        if lost:
-            ranks = ", ".join(f"{w} (rank {self.workers.index(w)})" for w in lost)
-            raise WorkerLost(f"{what}: worker {ranks} was lost")
+        if missing:
+            said = "; ".join(f"{w} (rank {self.workers.index(w)}) {why}" for w, why in missing)
+            raise WorkerLost(f"{what}: worker {said}", [w for w, _ in missing])
 
 
 def pinned(address: str) -> dict:
@@ -243,6 +288,13 @@ class Progress:
 
     def set_postfix(self, **values) -> None:
         self._postfix = values
+
+    def rewind(self, step: int) -> None:
+        """Back to ``step`` done (a run that goes on from an earlier checkpoint)."""
+        self._done = step
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.refresh()
 
     def close(self) -> None:
         if self._bar is not None:

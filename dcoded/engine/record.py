@@ -15,9 +15,11 @@ the step's totals divided by ``K``.
 from __future__ import annotations
 
 import csv
+import itertools
 import logging
 import math
 import statistics
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,6 +48,7 @@ HISTORY_COLUMNS = [
     "straggle_ms",
     "not_waited",
     "abandoned",
+    "replayed",  # 1: a step a later attempt did again (train.on_worker_loss=continue)
 ]
 
 
@@ -66,6 +69,10 @@ class TrainingLog:
         # direct transport: (step, phase, part) -> [latest start, latest stop] over ranks
         self._exchanges = defaultdict(lambda: [float("-inf"), float("-inf")])
         self.events: list[str] = []
+        #: train.on_worker_loss=continue: what each recovery did (summary.json "recoveries")
+        self.recoveries: list[dict] = []
+        #: the newest recovery and when it began (monotonic), until this attempt's first step
+        self.recovering: tuple[dict, float] | None = None
         #: a resumed run: the rows of the steps before the checkpoint, from its folder's
         #: history.csv, carried into this run's (values as written there)
         self.earlier: list[dict] = []
@@ -93,6 +100,10 @@ class TrainingLog:
         algorithms the phases, bytes and loss it measured itself."""
         self.rows.setdefault(step, {"step": step}).update(fields)
         self._note_loss(step, fields.get("train_loss"))
+        if self.recovering is not None:  # the first step done since a recovery began
+            event, began = self.recovering
+            event["to_next_step_s"] = round(time.monotonic() - began, 3)
+            self.recovering = None
 
     def add_phase(self, step: int, phase: str, rank, seconds: float) -> None:
         self._phase[(step, phase)][rank] += seconds
@@ -107,6 +118,15 @@ class TrainingLog:
     def _note_loss(self, step: int, value) -> None:
         if value is not None and not math.isfinite(value) and self._nonfinite is None:
             self._nonfinite = (step, value)
+
+    def median_step_s(self) -> float | None:
+        """The median step so far (the driver's rows; else, for loops that run on the workers,
+        the time between the last ranks' ends of successive steps); ``None`` before any."""
+        took = [r["step_s"] for r in self.rows.values() if r.get("step_s") is not None]
+        if not took and len(self._stops) > 1:
+            ends = [self._stops[s] for s in sorted(self._stops)]
+            took = [b - a for a, b in itertools.pairwise(ends)]
+        return statistics.median(took) if took else None
 
     def first_nonfinite_loss(self) -> tuple[int, float] | None:
         """``(step, value)`` of the first NaN or infinite training loss seen, if any."""

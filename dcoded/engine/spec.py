@@ -40,6 +40,10 @@ class RunSpec:
     run_id: str = "run"
     step_timeout_s: float = 300.0
     checkpoint_every: int = 0
+    #: ``train.on_worker_loss``: ``stop``, or ``continue`` from the newest checkpoint
+    on_worker_loss: str = "stop"
+    #: ``train.replace_within_s``: how long a recovery waits for a worker in a lost one's place
+    replace_within_s: float = 30.0
     pipeline: bool = True
     transport: str = "dask"
     steps_per_task: int = 0

@@ -1,0 +1,201 @@
+"""A lost or frozen worker for real: ``train.on_worker_loss=continue`` goes on by itself, bit
+for bit as the same run resumed by hand, and ``stop`` ends in one line within seconds, a
+frozen (SIGSTOPped) worker included."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dcoded.results import read_history
+from tests.test_faults import (
+    ROOT,
+    _hand_started_cluster,
+    _start,
+    _wait_for,
+    _worker_processes,
+)
+
+STEPS = 60
+
+
+def _summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def _reference(tmp_path: Path, name: str, *overrides: str) -> dict:
+    """The same run without a failure (a resume on as many workers is bit-exact to it)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dcoded",
+            "progress=false",
+            f"hydra.run.dir={tmp_path / name}",
+            *list(overrides),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _summary(tmp_path / name)
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "overrides"),
+    [
+        (signal.SIGKILL, ["coding.shuffle=coded"]),
+        (signal.SIGKILL, ["coding.shuffle=summed"]),
+        (signal.SIGKILL, ["coding.shuffle=hybrid", "coding.redundancy=3"]),
+        (signal.SIGKILL, ["algorithm=ssgd"]),
+        (signal.SIGSTOP, ["coding.shuffle=coded"]),
+    ],
+    ids=["kill-coded", "kill-summed", "kill-hybrid", "kill-ssgd", "stop-coded"],
+)
+def test_a_lost_worker_is_replaced_and_the_run_goes_on_bit_for_bit(tmp_path, sig, overrides):
+    """The local cluster's nanny starts a worker in the killed one's place (a frozen one is
+    found by its silence and restarted through its nanny); the run goes on from its last
+    checkpoint in the same process and folder, and ends with the bits of the run that never
+    lost a worker. history.csv keeps the steps done twice, marked."""
+    common = [f"train.steps={STEPS}", "train.checkpoint_every=5", "train.eval_every=0"]
+    common += overrides
+    run_dir = tmp_path / "run"
+    proc = _start([*common, "train.on_worker_loss=continue"], run_dir)
+    _wait_for(run_dir / "checkpoint.npz", proc)
+    victim = _worker_processes(proc.pid)[2]
+    t = time.monotonic()
+    victim.send_signal(sig)
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    summary = _summary(run_dir)
+    (event,) = summary["recoveries"]
+    assert event["lost"][0]["rank"] in range(4) and event["replaced"] == 1, event
+    assert event["layout"]["n_workers"] == 4
+    assert 0 <= event["steps_replayed"] <= 5 or event["resumed_from"] == 0, event
+    assert 0 < event["recovery_s"] <= event["to_next_step_s"], event
+    assert "recovered: worker" in err and "went on from" in err
+    print(f"{sig!r}: recovered and finished {time.monotonic() - t:.1f}s after the signal")
+    rows = read_history(run_dir)
+    done_again = [r for r in rows if r.get("replayed") == "1"]
+    assert len(done_again) == event["steps_replayed"]
+    kept = [int(r["step"]) for r in rows if r.get("replayed") != "1"]
+    assert kept == list(range(STEPS))  # every step once, besides the ones done again
+    reference = _reference(tmp_path, "reference", *common)
+    assert summary["param_sha256"] == reference["param_sha256"]
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.slow
+def test_without_a_replacement_the_run_goes_on_with_the_workers_left(tmp_path):
+    """On the user's own cluster a killed worker (no nanny) has no successor: the run goes on
+    with the three left, as the same run resumed by hand on three workers from the same
+    checkpoint."""
+    address, scheduler, workers = _hand_started_cluster(4, tmp_path)
+    common = ["train.steps=40", "train.checkpoint_every=5", "train.eval_every=0"]
+    try:
+        run_dir = tmp_path / "run"
+        proc = _start(
+            [
+                *common,
+                "cluster=address",
+                f"cluster.address={address}",
+                "train.on_worker_loss=continue",
+                "train.replace_within_s=2",
+            ],
+            run_dir,
+        )
+        _wait_for(run_dir / "checkpoint.npz", proc)
+        workers[1].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        summary = _summary(run_dir)
+        (event,) = summary["recoveries"]
+        assert event["replaced"] == 0 and event["layout"]["n_workers"] == 3, event
+        assert summary["n_workers"] == 3
+        start = event["resumed_from"]
+    finally:
+        for p in (*workers, scheduler):
+            p.kill()
+    # by hand: the run to the same checkpoint on four workers, resumed on three
+    first = tmp_path / "first"
+    _reference(tmp_path, "first", *common[1:], f"train.steps={start}")
+    by_hand = _reference(
+        tmp_path, "by-hand", *common, f"train.resume={first}", "cluster.n_workers=3"
+    )
+    assert summary["param_sha256"] == by_hand["param_sha256"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.slow
+def test_a_loss_that_leaves_no_possible_layout_ends_in_one_line(tmp_path):
+    """r = K = 4 and one worker lost for good: three workers cannot hold every sub-batch four
+    times, so the run stops with the line that says so, its checkpoint kept."""
+    address, scheduler, workers = _hand_started_cluster(4, tmp_path)
+    try:
+        run_dir = tmp_path / "run"
+        proc = _start(
+            [
+                "train.steps=100000",
+                "train.checkpoint_every=5",
+                "coding.redundancy=4",
+                "cluster=address",
+                f"cluster.address={address}",
+                "train.on_worker_loss=continue",
+                "train.replace_within_s=1",
+            ],
+            run_dir,
+        )
+        _wait_for(run_dir / "checkpoint.npz", proc)
+        workers[3].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        for p in (*workers, scheduler):
+            p.kill()
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "could not go on with the 3 worker(s) left" in last
+    assert "coding.redundancy" in last and f"train.resume={run_dir}" in last
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["cdc", "ddp"])
+def test_a_frozen_worker_stops_the_run_in_seconds(tmp_path, algorithm):
+    """A SIGSTOPped worker breaks no connection: the run waited out train.step_timeout_s
+    times the steps of a task (100 minutes by default). Its silence ends the wait now."""
+    run_dir = tmp_path / "run"
+    proc = _start(
+        [f"algorithm={algorithm}", "train.steps=100000", "train.eval_every=0"]
+        + (["train.checkpoint_every=5"] if algorithm == "cdc" else []),
+        run_dir,
+    )
+    if algorithm == "cdc":
+        _wait_for(run_dir / "checkpoint.npz", proc)
+    else:
+        time.sleep(25)  # well into training (ddp keeps no checkpoint)
+    victim = _worker_processes(proc.pid)[1]
+    t = time.monotonic()
+    victim.send_signal(signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):  # the cluster's end may have killed it
+            victim.send_signal(signal.SIGKILL)
+    took = time.monotonic() - t
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "frozen, treated as lost" in last, last
+    print(f"{algorithm}: a frozen worker ended the run {took:.1f}s after SIGSTOP")
+    assert took < 120
