@@ -28,7 +28,7 @@ from dcoded import files, netem
 from dcoded.cluster import attach_cluster, open_cluster
 from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
-from dcoded.engine.driver import Context, Progress
+from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context, Progress
 from dcoded.engine.record import TrainingLog, write_history
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
@@ -269,11 +269,24 @@ def _replicas_dropped(client, run_ids: list[str]):
     """On the way out, drop the run's replicas and records from the workers (they may serve
     other runs), if the scheduler is still there: a dead one would hold ``client.run`` for its
     whole connect timeout."""
+    lost: list[str] = []
     try:
         yield
+    except WorkerLost as e:
+        lost = e.workers  # a frozen one would hold the teardown for all its wait
+        raise
     finally:
         if client.status == "running":
-            _teardown(client, run_ids)
+            others = None
+            if lost:
+                with contextlib.suppress(Exception):
+                    known = client.sync(
+                        client.scheduler.identity,
+                        n_workers=-1,
+                        callback_timeout=SCHEDULER_TIMEOUT_S,
+                    )["workers"]
+                    others = [w for w in known if w not in lost]
+            _teardown(client, run_ids, others)
 
 
 def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
