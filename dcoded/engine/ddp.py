@@ -42,6 +42,7 @@ from dcoded.engine.registry import task_key
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
+from dcoded.errors import DcodedError, WorkerLost
 
 #: The rendezvous stores this worker process holds open, by run (rank 0's, until it trains).
 _STORES: dict[str, dist.TCPStore] = {}
@@ -174,6 +175,26 @@ def _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttled) ->
     return {"theta": theta, "snapshots": snapshots}
 
 
+#: What gloo says when the other end of a rank's connection went away (a dead process).
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def _a_peer_went_away(error: BaseException) -> bool:
+    """Whether a rank's error is gloo losing a peer (a killed worker), not a bug."""
+    return any(s in str(error) for s in PEER_GONE)
+
+
+def _name_the_lost_worker(ctx: Context, what: str, within_s: float = 10.0) -> None:
+    """Raise the cluster's own account (the worker and its rank) once the scheduler has seen
+    the worker go, waiting up to ``within_s`` for it to notice."""
+    deadline = time.monotonic() + within_s
+    while True:
+        ctx.check_cluster(what)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+
+
 def train_ddp(ctx: Context) -> np.ndarray:
     """Start one DDP rank per worker and follow them through their records."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
@@ -199,7 +220,14 @@ def train_ddp(ctx: Context) -> np.ndarray:
     per_epoch = ctx.steps_per_epoch
     shown, last_progress = 0, time.monotonic()
     while True:
-        ctx.wait_some(futures, POLL_S, "ddp")
+        try:
+            ctx.wait_some(futures, POLL_S, "ddp")
+        except RuntimeError as e:
+            if isinstance(e, DcodedError) or not _a_peer_went_away(e):
+                raise
+            # a rank's gloo connection to a dead peer broke: say which worker it was
+            _name_the_lost_worker(ctx, "ddp")
+            raise WorkerLost(f"ddp: a rank lost its peer ({str(e).splitlines()[0]})") from None
         ctx.collect("ddp")
         check_finite(ctx.log.first_nonfinite_loss())
         done_steps = ctx.log.steps_with_records(spec.n_workers)
