@@ -180,13 +180,6 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             "algorithm=ddp needs worker processes (one torch process group each): "
             "set cluster.processes=true"
         )
-    if algorithm == "ddp" and train.get("resume"):
-        raise ConfigError("train.resume is not supported for algorithm=ddp yet")
-    if algorithm == "ddp" and train.get("on_worker_loss") == "continue":
-        raise ConfigError(
-            "train.on_worker_loss=continue is not supported for algorithm=ddp yet "
-            "(it has no checkpoints to go on from): use stop"
-        )
     if not uses_placement and batch < n_workers:
         raise ConfigError(
             f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "

@@ -46,24 +46,63 @@ class SegmentOptimizer:
         return self.value.copy()
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """The optimizer's per-element state (``momentum_buffer``, ``exp_avg``, ...) and
-        scalars (``step``) as numpy arrays, for checkpoints."""
-        state = self.optimizer.state_dict()["state"]
-        if not state:
-            return {}
-        return {
-            k: np.array(torch.as_tensor(v).detach().numpy())
-            for k, v in state[0].items()
-            if v is not None
-        }
+        """This segment's optimizer state (:func:`state_arrays`), for checkpoints."""
+        return state_arrays(self.optimizer)
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_arrays` returned (for this segment)."""
-        if not arrays:
-            return
-        sd = self.optimizer.state_dict()
-        sd["state"] = {0: {k: torch.tensor(np.array(v)) for k, v in arrays.items()}}
-        self.optimizer.load_state_dict(sd)
+        load_state_arrays(self.optimizer, arrays)
+
+
+def state_arrays(optimizer: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+    """A torch optimizer's state as numpy arrays, laid out as ``θ`` is: each per-element
+    tensor (``momentum_buffer``, ``exp_avg``, ...) of every parameter flattened and joined in
+    parameter order (the order of ``parameters_to_vector``), and each scalar (``step``) once
+    (every parameter steps together). One flat parameter (a segment) is the simplest case.
+
+    >>> w = torch.nn.Parameter(torch.ones(2, 2)); b = torch.nn.Parameter(torch.ones(1))
+    >>> opt = torch.optim.SGD([w, b], lr=0.1, momentum=0.9)
+    >>> w.grad, b.grad = torch.full((2, 2), 2.0), torch.full((1,), 3.0)
+    >>> opt.step()
+    >>> state_arrays(opt)["momentum_buffer"]
+    array([2., 2., 2., 2., 3.], dtype=float32)
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = optimizer.state_dict()["state"]
+    if not state:
+        return {}
+    out = {}
+    for name, first in state[0].items():
+        if first is None:
+            continue
+        first = torch.as_tensor(first)
+        if first.dim() > 0 and first.numel() == params[0].numel():
+            parts = [torch.as_tensor(state[i][name]).detach() for i in range(len(params))]
+            out[name] = np.concatenate([t.reshape(-1).numpy() for t in parts])
+        else:
+            out[name] = np.array(first.detach().numpy())
+    return out
+
+
+def load_state_arrays(optimizer: torch.optim.Optimizer, arrays: dict[str, np.ndarray]) -> None:
+    """Restore what :func:`state_arrays` returned: each full-length array cut back into the
+    parameters' shapes, each scalar given to every parameter."""
+    if not arrays:
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state, offset = {}, 0
+    for i, p in enumerate(params):
+        n = p.numel()
+        state[i] = {
+            k: torch.tensor(np.array(v[offset : offset + n]).reshape(p.shape))
+            if np.ndim(v) == 1
+            else torch.tensor(np.array(v))
+            for k, v in arrays.items()
+        }
+        offset += n
+    sd = optimizer.state_dict()
+    sd["state"] = state
+    optimizer.load_state_dict(sd)
 
 
 def check_optimizer(cfg: Mapping) -> None:

@@ -47,6 +47,8 @@ def _run(tmp, name, *overrides):
         ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "optimizer=adam"],
         ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "transport=dask"],
         ["algorithm=ssgd"],
+        ["algorithm=ddp", "cluster.processes=true"],
+        ["algorithm=ddp", "cluster.processes=true", "optimizer=adam", "train.lr=0.01"],
     ],
     ids=[
         "serial",
@@ -58,6 +60,8 @@ def _run(tmp, name, *overrides):
         "cdc-replicated-adam",
         "cdc-replicated-dask",
         "ssgd",
+        "ddp",
+        "ddp-adam",
     ],
 )
 def test_stop_at_10_and_resume_to_20_is_bit_exact(tmp_path, overrides):

@@ -2,10 +2,17 @@
 would pick instead, measured on the same cluster, with the data order, batch split and
 optimizer of ``ssgd``.
 
-One long-lived task per worker runs the whole training loop; the rendezvous is worker 0's
-address and a port chosen free at run time; the process group is destroyed at the end, also on
-failure. Each rank's loss is the sum over its ``B/K`` samples times ``K/B``, so DDP's average
-over ranks is ``Σ grad / B``, the gradient ``ssgd`` applies. DDP reduces gradients in buckets
+Each worker holds one rank: its process group (the rendezvous is a store on worker 0, on a
+port the kernel picks), the model wrapped in ``DistributedDataParallel`` and its optimizer, kept
+in the worker's registry from setup to teardown. One task per worker runs the training loop
+from one checkpoint to the next (all of it without ``train.checkpoint_every``); between two,
+the driver takes rank 0's ``θ`` and optimizer state and writes the checkpoint, in the layout
+every algorithm shares, so a ddp run resumes (``train.resume``) and goes on after a lost
+worker (``train.on_worker_loss=continue``) as the others do: on a new process group, from the
+last checkpoint.
+
+Each rank's loss is the sum over its ``B/K`` samples times ``K/B``, so DDP's average over
+ranks is ``Σ grad / B``, the gradient ``ssgd`` applies. DDP reduces gradients in buckets
 outside Dask, so Dask moves none of them (its byte count is zero); the buckets' sizes are
 recorded, and on ``cluster=netem`` the wire counters are the truth.
 """
@@ -36,13 +43,16 @@ from dcoded.engine.driver import (
     Context,
     StepTimeout,
     check_finite,
+    checkpoint_due,
     pinned,
+    save_checkpoint,
 )
 from dcoded.engine.registry import task_key
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
 from dcoded.errors import DcodedError, WorkerLost
+from dcoded.optim import load_state_arrays, state_arrays
 
 #: The rendezvous stores this worker process holds open, by run (rank 0's, until it trains).
 _STORES: dict[str, dist.TCPStore] = {}
@@ -52,6 +62,7 @@ def open_store(run_id: str, spec: RunSpec, host: str) -> int:
     """Open the run's rendezvous (gloo's ``TCPStore``) on worker 0 and return its port: the
     store binds a port the kernel picks and keeps it, so no other process can take it between
     choosing and binding (a port found free, closed and bound again later could be)."""
+    _STORES.clear()  # a store an earlier attempt opened and never trained on
     store = dist.TCPStore(
         host,
         0,
@@ -73,71 +84,199 @@ def _interface_of(ip: str) -> str | None:
     return None
 
 
-def ddp_train(
-    run_id: str, rank: int, spec: RunSpec, master: str, port: int, theta0: np.ndarray | None
-) -> dict:
-    """The whole training loop of one rank; returns ``θ`` (rank 0) and the per-step records
-    are left for :func:`dcoded.engine.registry.drain_records`."""
-    ip = urlparse(get_worker().address).hostname
-    iface = _interface_of(ip)
-    if iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = iface
-    replica = Replica(spec)
-    if theta0 is not None:
-        replica.set_theta(theta0)
-    timeout = datetime.timedelta(seconds=spec.step_timeout_s)
-    store = _STORES.pop(run_id, None) if rank == 0 else None
-    if store is None:
-        store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=spec.n_workers, timeout=timeout
-    )
-    try:
-        return _loop(run_id, rank, spec, replica)
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-        del store
+#: The :class:`Group` that holds this process's (torch's one) default process group.
+_HOLDER: list = [None]
+_HOLDER_LOCK = threading.Lock()
 
 
-def _loop(run_id: str, rank: int, spec: RunSpec, replica: Replica) -> dict:
-    model = DistributedDataParallel(replica.model)
-    # bytes all-reduced this step, and the all-reduce's window: first bucket launched, last done
-    reduced = [0, None, 0.0]
-    lock = threading.Lock()  # gloo runs the futures' callbacks on threads of its own
+class Group:
+    """One rank's DDP: torch's default process group of this process, the model wrapped in
+    ``DistributedDataParallel`` with a comm hook that counts and times its buckets, and the
+    optimizer over the model's parameters."""
 
-    def count_buckets(state, bucket):  # the default all-reduce, counted and timed
-        with lock:
+    def __init__(self, replica: Replica, spec: RunSpec, optimizer_state: dict | None, store):
+        self.store = store  # rank 0's rendezvous store, kept while the group lives
+        self.model = DistributedDataParallel(replica.model)
+        # bytes all-reduced this step, and the all-reduce's window: first bucket launched,
+        # last done
+        self.reduced = [0, None, 0.0]
+        self._lock = threading.Lock()  # gloo runs the futures' callbacks on threads of its own
+        self.model.register_comm_hook(None, self._all_reduce)
+        self.optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
+        load_state_arrays(self.optimizer, optimizer_state or {})
+        self.busy = self.closing = self.closed = False
+        self._rehearse(replica)
+
+    def _rehearse(self, replica: Replica) -> None:
+        """One backward that reduces nothing, before the first step: DDP lays its buckets
+        out anew after its first iteration, by the order the gradients came in, and where
+        an element sits in a bucket decides the order of its all-reduce's additions. So the
+        first step of a run resumed at step ``t`` would not add as step ``t`` of the
+        uninterrupted run did; rehearsed, every step of both runs uses the second layout."""
+        self._rehearsing = True
+        try:
+            x = torch.from_numpy(replica.data.x_train[:1])
+            self.model(x).sum().backward()
+        finally:
+            self._rehearsing = False
+            replica.model.zero_grad(set_to_none=True)
+            self.reduced[:] = [0, None, 0.0]
+
+    def _all_reduce(self, state, bucket):  # the default all-reduce, counted and timed
+        if self._rehearsing:
+            kept = torch.futures.Future()
+            kept.set_result(bucket.buffer())
+            return kept
+        reduced = self.reduced
+        with self._lock:
             reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
             if reduced[1] is None:
                 reduced[1] = time.time()
         buf = bucket.buffer().div_(dist.get_world_size())
 
         def done(fut):
-            with lock:
+            with self._lock:
                 reduced[2] = max(reduced[2], time.time())
             return fut.value()[0]
 
         return dist.all_reduce(buf, async_op=True).get_future().then(done)
 
-    model.register_comm_hook(None, count_buckets)
-    optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
-    throttle = registry.throttle(run_id, rank, spec)
+    def begin(self) -> None:
+        with _HOLDER_LOCK:
+            if self.closed:
+                raise DcodedError("this rank's process group was closed: the run was torn down")
+            self.busy = True
+
+    def end(self, destroy: bool) -> None:
+        """After a task's steps: destroy the group if it broke or was closed meanwhile."""
+        with _HOLDER_LOCK:
+            self.busy = False
+            if destroy or self.closing:
+                self._destroy()
+
+    def close(self) -> None:
+        """Destroy the group, or (while a task runs its steps on it) have that task end and
+        destroy it: a rank waiting in an all-reduce for a frozen peer cannot be woken, and
+        destroying the group under it would wait as long."""
+        with _HOLDER_LOCK:
+            if self.busy:
+                self.closing = True
+            else:
+                self._destroy()
+
+    def _destroy(self) -> None:  # under _HOLDER_LOCK
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+            if _HOLDER[0] is self:
+                _HOLDER[0] = None
+            self.store = None
+
+
+def _free_process_group(within_s: float) -> None:
+    """Destroy a default process group an earlier run left in this process (a driver that
+    went away without a teardown); wait up to ``within_s`` for one whose ranks still run."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with _HOLDER_LOCK:
+            holder = _HOLDER[0]
+            if holder is None or not holder.busy:
+                if holder is not None:
+                    holder._destroy()
+                elif dist.is_initialized():
+                    dist.destroy_process_group()
+                return
+        if time.monotonic() > deadline:
+            raise DcodedError(
+                f"this worker's process group is still in use by an earlier run after "
+                f"{within_s:g}s (a rank waiting for a peer that froze)"
+            )
+        time.sleep(0.1)
+
+
+def ddp_setup(
+    run_id: str,
+    rank: int,
+    spec: RunSpec,
+    master: str,
+    port: int,
+    theta: np.ndarray | None,
+    optimizer_state: dict | None,
+) -> int:
+    """Build this rank: its replica (from a checkpoint's ``θ`` and full-length optimizer
+    state, or seeded), the process group and the DDP model; every rank runs it at once."""
+    ip = urlparse(get_worker().address).hostname
+    iface = _interface_of(ip)
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+    registry.setup(run_id, rank, spec, theta)
+    st = registry.state(run_id, rank)
+    timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+    store = _STORES.pop(run_id, None) if rank == 0 else None
+    if store is None:
+        store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
+    _free_process_group(spec.step_timeout_s)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=spec.n_workers, timeout=timeout
+    )
     try:
-        return _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttle is not None)
+        group = Group(st.replica, spec, optimizer_state, store)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        raise
+    with _HOLDER_LOCK:
+        _HOLDER[0] = st.group = group
+    return rank
+
+
+def ddp_steps(run_id: str, rank: int, first: int, stop: int) -> dict:
+    """Steps ``first`` to ``stop - 1`` of this rank; rank 0 returns ``θ``, its optimizer
+    state (full length) and the ``θ`` of every ``eval_every``-th step; a rank whose gloo lost
+    a peer returns ``peer_lost`` (the driver says which worker it was) and destroys its group;
+    the records are left for :func:`dcoded.engine.registry.drain_records`."""
+    st = registry.state(run_id, rank)
+    group = st.group
+    group.begin()
+    broke = False
+    try:
+        snapshots = _steps(run_id, rank, st, group, first, stop)
+    except RuntimeError as e:
+        if not _a_peer_went_away(e):
+            raise
+        broke = True
+        return {"peer_lost": str(e).splitlines()[0]}
     finally:
-        if throttle is not None:
-            throttle.release()
+        group.end(destroy=broke)
+    if snapshots is None:
+        return {"closed": True}
+    if rank != 0:
+        return {}
+    return {
+        "theta": st.replica.theta,
+        "optimizer": state_arrays(group.optimizer),
+        "snapshots": snapshots,
+    }
 
 
-def _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttled) -> dict:
-    """DDP's training loop (``throttled``: ``straggle=slow`` made with a cgroup)."""
+def _steps(run_id, rank, st, group: Group, first: int, stop: int) -> dict | None:
+    """DDP's training loop; ``None`` if the run was torn down meanwhile."""
+    spec, replica, model, optimizer, reduced = (
+        st.spec,
+        st.replica,
+        group.model,
+        group.optimizer,
+        group.reduced,
+    )
     K, B = spec.n_workers, spec.batch_size
     part = array_split_slices(B, K)[rank]
-    snapshots = {}  # rank 0: θ after every eval_every steps, evaluated by the driver at the end
-    for step in range(spec.steps):
+    snapshots = {}  # rank 0: θ after every eval_every steps, evaluated by the driver
+    for step in range(first, stop):
+        if group.closing:
+            return None
         t0 = time.time()
-        injector = Injector(spec, rank, step, throttled)
+        injector = Injector(spec, rank, step, st.throttle is not None)
         injector.before()
         _, idx = replica.step_samples(step)
         x = torch.from_numpy(replica.data.x_train[idx[part]])
@@ -171,8 +310,7 @@ def _steps(run_id, rank, spec, replica, model, optimizer, reduced, throttled) ->
         reduced[:] = [0, None, 0.0]
         if rank == 0 and spec.eval_every and (step + 1) % spec.eval_every == 0:
             snapshots[step] = replica.theta  # a copy of d floats: tens of microseconds
-    theta = replica.theta if rank == 0 else None
-    return {"theta": theta, "snapshots": snapshots}
+    return snapshots
 
 
 #: What gloo says when the other end of a rank's connection went away (a dead process).
@@ -195,57 +333,110 @@ def _name_the_lost_worker(ctx: Context, what: str, within_s: float = 10.0) -> No
         time.sleep(0.5)
 
 
+def _lost_a_peer(ctx: Context, message: str):
+    """Raise :class:`WorkerLost` for a rank whose gloo lost its peer, naming the worker once
+    the scheduler has seen it go."""
+    _name_the_lost_worker(ctx, "ddp")
+    raise WorkerLost(f"ddp: a rank lost its peer ({message})")
+
+
+def _stops(ctx: Context) -> list[int]:
+    """Where each task's steps end: at every checkpoint, and at the last step."""
+    spec, start = ctx.spec, ctx.start_step
+    every = spec.checkpoint_every if ctx.run_dir is not None else 0
+    ends = list(range(start - start % every + every, spec.steps, every)) if every else []
+    return [*ends, spec.steps] if start < spec.steps else []
+
+
 def train_ddp(ctx: Context) -> np.ndarray:
-    """Start one DDP rank per worker and follow them through their records."""
+    """Set up one DDP rank per worker, run their loops from checkpoint to checkpoint and
+    follow them through their records."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    if ctx.resume is not None:
-        raise NotImplementedError("train.resume is not supported for algorithm=ddp yet")
+    run, start, K = spec.run_id, ctx.start_step, spec.n_workers
+    shown, last_progress = 0, time.monotonic()
+
+    def follow(futures, what: str) -> list[dict]:
+        """Wait for ``futures``, taking in the records and moving the progress bar as the
+        ranks go; each result as soon as its task is done."""
+        nonlocal shown, last_progress
+        pending, results, collected = set(futures), {}, 0.0
+        while pending:
+            try:
+                pending = ctx.wait_some(pending, POLL_S, what)
+            except RuntimeError as e:  # gloo, building the group with a dead peer
+                if isinstance(e, DcodedError) or not _a_peer_went_away(e):
+                    raise
+                _lost_a_peer(ctx, str(e).splitlines()[0])
+            done = [f for f in futures if f not in pending and f.key not in results]
+            if done:
+                for f, result in zip(
+                    done, ctx.bounded(what, client.gather, done, direct=True), strict=True
+                ):
+                    results[f.key] = result
+                    if isinstance(result, dict) and "peer_lost" in result:
+                        _lost_a_peer(ctx, result["peer_lost"])
+            if pending and time.monotonic() - collected < POLL_S:
+                continue  # the other ranks end their steps a moment later
+            ctx.collect(what)
+            collected = time.monotonic()
+            check_finite(ctx.log.first_nonfinite_loss())
+            done_steps = ctx.log.steps_with_records(K)
+            if done_steps > shown:
+                last_progress = time.monotonic()
+                if ctx.progress is not None:
+                    ctx.progress.update(done_steps - shown)
+                shown = done_steps
+            elif pending and time.monotonic() - last_progress > spec.step_timeout_s:
+                raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
+        return [results[f.key] for f in futures]
+
     master = urlparse(workers[0]).hostname
-    opened = client.submit(open_store, spec.run_id, spec, master, **pinned(workers[0]))
+    opened = client.submit(
+        open_store,
+        run,
+        spec,
+        master,
+        key=task_key(run, "ddp", start - 1, "store"),
+        **pinned(workers[0]),
+    )
     port = ctx.gather(opened, "rendezvous port")
-    futures = [
+    theta0 = ctx.resume.theta if ctx.resume else None
+    opt0 = ctx.resume.optimizer if ctx.resume else None
+    setups = [
         client.submit(
-            ddp_train,
-            spec.run_id,
+            ddp_setup,
+            run,
             k,
             spec,
             master,
             port,
-            None,
-            key=task_key(spec.run_id, "ddp", -1, k),
+            theta0,
+            opt0,
+            key=task_key(run, "ddp", start - 1, "setup", k),
             **pinned(w),
         )
         for k, w in enumerate(workers)
     ]
-    per_epoch = ctx.steps_per_epoch
-    shown, last_progress = 0, time.monotonic()
-    while True:
-        try:
-            ctx.wait_some(futures, POLL_S, "ddp")
-        except RuntimeError as e:
-            if isinstance(e, DcodedError) or not _a_peer_went_away(e):
-                raise
-            # a rank's gloo connection to a dead peer broke: say which worker it was
-            _name_the_lost_worker(ctx, "ddp")
-            raise WorkerLost(f"ddp: a rank lost its peer ({str(e).splitlines()[0]})") from None
-        ctx.collect("ddp")
-        check_finite(ctx.log.first_nonfinite_loss())
-        done_steps = ctx.log.steps_with_records(spec.n_workers)
-        if done_steps > shown:
-            last_progress = time.monotonic()
-            if ctx.progress is not None:
-                ctx.progress.update(done_steps - shown)
-            shown = done_steps
-        if all(f.done() for f in futures):
-            break
-        if time.monotonic() - last_progress > spec.step_timeout_s:
-            raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
-    result = ctx.gather(futures[0], "gathering θ")
-    theta = result["theta"]
-    ctx.collect("ddp")
-    ctx.log.ddp_rows(per_epoch)
-    for step, snapshot in sorted(result["snapshots"].items()):  # the test accuracy curve
-        ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))
+    follow(setups, "ddp: building the process group")
+    theta = theta0 if theta0 is not None else ctx.reference.theta
+    first = start
+    for stop in _stops(ctx):
+        ctx.log.loop_begins(first, ctx.steps_per_epoch)
+        futures = [
+            client.submit(
+                ddp_steps, run, k, first, stop, key=task_key(run, "ddp", first, k), **pinned(w)
+            )
+            for k, w in enumerate(workers)
+        ]
+        result = follow(futures, "ddp")[0]
+        if "closed" in result:
+            raise WorkerLost("ddp: the run was torn down while it trained")
+        theta = result["theta"]
+        for step, snapshot in sorted(result["snapshots"].items()):  # the test accuracy curve
+            ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))
+        if checkpoint_due(ctx, stop):
+            save_checkpoint(ctx, stop, theta, result["optimizer"])
+        first = stop
     acc, loss = ctx.reference.evaluate(theta)
     ctx.log.evaluation(spec.steps - 1, acc, loss)
     return theta

@@ -349,28 +349,40 @@ def after_step(
             log.evaluation(step, acc, loss)
             if ctx.progress is not None:
                 ctx.progress.set_postfix(test_acc=f"{acc:.3f}")
-        if snapshot and ctx.run_dir and spec.checkpoint_every and done % spec.checkpoint_every == 0:
-            params, opt_state = snapshot()
-            if not np.all(np.isfinite(params)):
-                raise Divergence(f"the parameters are not finite after step {step}")
-            meta = {
-                "algorithm": spec.algorithm,
-                "n_workers": spec.n_workers,
-                "redundancy": spec.redundancy,
-                "group_size": spec.placement.g,
-                "seed": spec.seed,
-                "batch_size": spec.batch_size,
-                "run_id": spec.run_id,
-                "dataset": spec.dataset.get("name"),
-                "model": spec.model.get("name"),
-                "optimizer": spec.optimizer.get("_target_"),
-                "config": spec.extra.get("config"),  # what a resume says it changed
-            }
-            ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
-            ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)
-            log.checkpointed(ctx.run_dir)
+        if snapshot and checkpoint_due(ctx, done):
+            save_checkpoint(ctx, done, *snapshot())
         if ctx.progress is not None:
             ctx.progress.update(1)
+
+
+def checkpoint_due(ctx: Context, done: int) -> bool:
+    """Whether a checkpoint is written once ``done`` steps are done."""
+    every = ctx.spec.checkpoint_every
+    return bool(ctx.run_dir and every and done % every == 0)
+
+
+def save_checkpoint(ctx: Context, done: int, params: np.ndarray, opt_state: dict) -> None:
+    """Write the checkpoint of ``done`` steps (``θ`` and the full-length optimizer state) and
+    ``history.csv`` beside it; refuse non-finite parameters."""
+    spec = ctx.spec
+    if not np.all(np.isfinite(params)):
+        raise Divergence(f"the parameters are not finite after step {done - 1}")
+    meta = {
+        "algorithm": spec.algorithm,
+        "n_workers": spec.n_workers,
+        "redundancy": spec.redundancy,
+        "group_size": spec.placement.g,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "run_id": spec.run_id,
+        "dataset": spec.dataset.get("name"),
+        "model": spec.model.get("name"),
+        "optimizer": spec.optimizer.get("_target_"),
+        "config": spec.extra.get("config"),  # what a resume says it changed
+    }
+    ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
+    ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)
+    ctx.log.checkpointed(ctx.run_dir)
 
 
 def check_finite(found: tuple[int, float] | None) -> None:

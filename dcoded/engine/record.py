@@ -78,6 +78,8 @@ class TrainingLog:
         self.earlier: list[dict] = []
         self._stops: dict[int, float] = {}  # step -> when its last task record ended
         self._starts: dict[int, float] = {}  # step -> when its first task record started
+        self._loops_begin: set[int] = set()  # see loop_begins
+        self._per_epoch = 1
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
         self.wire: list[int] | None = None  # bytes each worker interface sent (netem)
         self.kernel_losses: dict | None = None  # netem: the kernel's loss counters' rise
@@ -142,15 +144,31 @@ class TrainingLog:
             count += 1
         return count
 
-    def ddp_rows(self, per_epoch: int) -> None:
-        """Driver rows for ranks that ran their own loop: a step ends when its last rank's
-        update ends; the clock starts when the first rank starts step 0 (after the process
-        group is up)."""
-        t_start = previous = min(self._starts.values(), default=0.0)
-        for step in sorted({s for (s, phase) in self._phase if phase == "map"}):
-            end = self._stops.get(step, previous)
+    def loop_begins(self, step: int, per_epoch: int) -> None:
+        """The ranks run a loop of their own from ``step`` (ddp: a task each, from checkpoint
+        to checkpoint): :meth:`history` makes the driver's rows from their records."""
+        self._loops_begin.add(step)
+        self._per_epoch = per_epoch
+
+    def _loop_rows(self) -> None:
+        """Driver rows for the steps every rank has recorded, of ranks that run their own
+        loop: a step ends when its last rank's update ends, and starts when the step before
+        it ended, or where a loop begins, when its first rank starts it (the time between
+        two loops, the driver's checkpoint, is not training time)."""
+        complete = self.steps_with_records(self.n_workers)
+        steps = sorted({s for (s, phase) in self._phase if phase == "map"})[:complete]
+        wall, previous = 0.0, None
+        for step in steps:
+            end = self._stops[step]
+            if previous is None or step in self._loops_begin:
+                previous = self._starts[step]
+            if self.recovering is not None:  # the ranks' clock, not when the driver looked
+                event, _ = self.recovering
+                event["to_next_step_s"] = round(end - event["detected_unix"], 3)
+                self.recovering = None
+            wall += end - previous
             self.driver_step(
-                step, epoch=step // per_epoch, wall_s=end - t_start, step_s=end - previous
+                step, epoch=step // self._per_epoch, wall_s=wall, step_s=end - previous
             )
             previous = end
 
@@ -295,6 +313,8 @@ class TrainingLog:
     # ------------------------------------------------------------------ outputs
     def history(self) -> list[dict]:
         """One row per step (``HISTORY_COLUMNS``), ``None`` where a value does not apply."""
+        if self._loops_begin:
+            self._loop_rows()
         out = []
         for step in sorted(self.rows):
             row = dict.fromkeys(HISTORY_COLUMNS)

@@ -47,6 +47,8 @@ class WorkerState:
     #: ``r = K``: every segment's shard, each worker updating all of ``θ`` itself
     optimizers: list[SegmentOptimizer] = field(default_factory=list)
     link: object | None = None  # the direct transport's connections and mailbox
+    #: ``ddp``: the rank's process group, model and optimizer (:class:`~dcoded.engine.ddp.Group`)
+    group: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: ``coding.stragglers``: ``(step, grads)`` of the last map finished, for requests
     serving: tuple | None = None
@@ -56,10 +58,12 @@ class WorkerState:
     paces: deque = field(default_factory=lambda: deque(maxlen=PACES))
 
     def close(self) -> None:
-        """Wake a direct loop that waits for peers, close its connections, and take the
-        process out of its cgroup."""
+        """Wake a direct loop that waits for peers, close its connections (or DDP's process
+        group), and take the process out of its cgroup."""
         if self.link is not None:
             self.link.close("the run was torn down")
+        if self.group is not None:
+            self.group.close()
         if self.throttle is not None:
             self.throttle.release()
             self.throttle = None
