@@ -244,9 +244,8 @@ def _dask_logs_into(run_dir: Path | None):
 
 #: How long the end of a run (or of an attempt) waits for its workers to drop what they hold.
 TEARDOWN_WAIT_S = 10.0
-#: A recovery: how long the scheduler may take to notice a worker gone, and how long a
-#: frozen worker's nanny is given to restart it.
-LOSS_SEEN_S, RESTART_WAIT_S = 10.0, 4.0
+#: A recovery: how long the scheduler may take to notice a worker gone.
+LOSS_SEEN_S = 10.0
 
 
 def _teardown(client, run_ids, workers: list[str] | None = None) -> None:
@@ -311,7 +310,10 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     rows = ctx.log.history()
     failed_at = rows[-1]["step"] + 1 if rows else ctx.start_step
     _teardown(client, [spec.run_id], survivors)  # the attempt's tasks wake on their links
-    replaced = _replace(ctx, lost)
+    replaced, known = _replace(ctx, lost)
+    # a second loss while this one is mended: counted with it, not found by the next attempt
+    lost += [w for w in survivors if w not in known]
+    survivors = [w for w in survivors if w in known]
     workers = survivors + replaced[: spec.n_workers - len(survivors)]
     where = ctx.last_checkpoint.parent if ctx.last_checkpoint else cfg["train"].get("resume")
     again = copy.deepcopy(dict(cfg))
@@ -367,29 +369,36 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     return out
 
 
-def _replace(ctx: Context, lost: list[str]) -> list[str]:
+def _replace(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
     """Workers that took the place of ``lost`` within ``train.replace_within_s`` (a local
-    cluster's nanny restarts a dead one; on ``cluster=address`` new ones may join). A lost
-    worker the scheduler still lists (frozen) is restarted through its nanny, or removed."""
+    cluster's nanny restarts a dead one; on ``cluster=address`` new ones may join), and every
+    worker the scheduler knows by then. A lost worker the scheduler still lists (frozen) is
+    killed by its nanny, which starts another in its place as after any death (asked to
+    restart it, the nanny would first wait 4 s for the stopped process to close itself)."""
     client, spec = ctx.client, ctx.spec
     known = lambda: ctx.bounded(  # noqa: E731
-        "asking the scheduler", lambda: dict(client.scheduler_info(n_workers=-1)["workers"])
+        "asking the scheduler",
+        lambda: dict(client.scheduler_info(n_workers=-1)["workers"]),
+        check=ctx.check_connection,  # the lost ones are known to be gone
     )
-    still = [w for w in lost if w in known()]
-    if still:
+    for w in [w for w in lost if w in known()]:
         with contextlib.suppress(Exception):
             ctx.bounded(
-                "restarting a frozen worker",
-                client.restart_workers,
-                still,
-                timeout=RESTART_WAIT_S,  # a stopped process is killed after 80% of it
-                raise_for_error=False,
+                "killing a frozen worker",
+                client.run,
+                registry.kill_worker_process,
+                w,
+                workers=[w],
+                nanny=True,  # a worker without one is left out
+                on_error="ignore",
+                check=ctx.check_connection,
             )
     deadline = time.monotonic() + spec.replace_within_s
     while True:
-        fresh = sorted(w for w in known() if w not in ctx.workers)
+        now = known()
+        fresh = sorted(w for w in now if w not in ctx.workers)
         if len(fresh) >= len(lost) or time.monotonic() >= deadline:
-            return fresh
+            return fresh, set(now)
         time.sleep(0.5)
 
 

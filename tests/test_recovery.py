@@ -61,8 +61,18 @@ def _reference(tmp_path: Path, name: str, *overrides: str) -> dict:
         (signal.SIGKILL, ["coding.shuffle=hybrid", "coding.redundancy=3"]),
         (signal.SIGKILL, ["algorithm=ssgd"]),
         (signal.SIGSTOP, ["coding.shuffle=coded"]),
+        (signal.SIGKILL, ["algorithm=ddp"]),
+        (signal.SIGSTOP, ["algorithm=ddp"]),
     ],
-    ids=["kill-coded", "kill-summed", "kill-hybrid", "kill-ssgd", "stop-coded"],
+    ids=[
+        "kill-coded",
+        "kill-summed",
+        "kill-hybrid",
+        "kill-ssgd",
+        "stop-coded",
+        "kill-ddp",
+        "stop-ddp",
+    ],
 )
 def test_a_lost_worker_is_replaced_and_the_run_goes_on_bit_for_bit(tmp_path, sig, overrides):
     """The local cluster's nanny starts a worker in the killed one's place (a frozen one is
@@ -96,9 +106,25 @@ def test_a_lost_worker_is_replaced_and_the_run_goes_on_bit_for_bit(tmp_path, sig
     assert summary["param_sha256"] == reference["param_sha256"]
 
 
-def _kill_one_on_own_cluster(tmp_path: Path, *overrides: str) -> tuple[int, str, Path]:
+def _resumed_by_hand(tmp_path: Path, common: list[str], start: int, n_workers: int) -> dict:
+    """The run to the checkpoint at ``start`` on four workers, resumed by hand on
+    ``n_workers`` (``common``: its overrides, ``train.steps`` first)."""
+    _reference(tmp_path, "first", *common[1:], f"train.steps={start}")
+    return _reference(
+        tmp_path,
+        "by-hand",
+        *common,
+        f"train.resume={tmp_path / 'first'}",
+        f"cluster.n_workers={n_workers}",
+    )
+
+
+def _kill_one_on_own_cluster(
+    tmp_path: Path, *overrides: str, second_after_s: float | None = None, wait_s: float = 2
+) -> tuple[int, str, Path]:
     """A run with ``train.on_worker_loss=continue`` on a cluster started by hand (no nanny:
-    a killed worker has no successor), one worker SIGKILLed after the first checkpoint:
+    a killed worker has no successor; ``train.replace_within_s=wait_s``), one worker
+    SIGKILLed after the first checkpoint, and another ``second_after_s`` later if given:
     ``(exit status, stderr, run folder)``."""
     address, scheduler, workers = _hand_started_cluster(4, tmp_path)
     run_dir = tmp_path / "run"
@@ -110,12 +136,15 @@ def _kill_one_on_own_cluster(tmp_path: Path, *overrides: str) -> tuple[int, str,
                 "cluster=address",
                 f"cluster.address={address}",
                 "train.on_worker_loss=continue",
-                "train.replace_within_s=2",
+                f"train.replace_within_s={wait_s}",
             ],
             run_dir,
         )
         _wait_for(run_dir / "checkpoint.npz", proc)
         workers[1].send_signal(signal.SIGKILL)
+        if second_after_s is not None:
+            time.sleep(second_after_s)
+            workers[2].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=600)
     finally:
         for p in (*workers, scheduler):
@@ -135,13 +164,26 @@ def test_without_a_replacement_the_run_goes_on_with_the_workers_left(tmp_path):
     (event,) = summary["recoveries"]
     assert event["replaced"] == 0 and event["layout"]["n_workers"] == 3, event
     assert summary["n_workers"] == 3
-    start = event["resumed_from"]
-    # by hand: the run to the same checkpoint on four workers, resumed on three
-    first = tmp_path / "first"
-    _reference(tmp_path, "first", *common[1:], f"train.steps={start}")
-    by_hand = _reference(
-        tmp_path, "by-hand", *common, f"train.resume={first}", "cluster.n_workers=3"
-    )
+    by_hand = _resumed_by_hand(tmp_path, common, event["resumed_from"], 3)
+    assert summary["param_sha256"] == by_hand["param_sha256"]
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.slow
+def test_a_second_loss_during_the_recovery_is_counted_with_the_first(tmp_path):
+    """A second worker dies while the run waits for one in the first one's place: the
+    recovery counts both and goes on with the two left, as the same run resumed by hand on
+    two workers from the same checkpoint (it never starts an attempt on the dead one)."""
+    common = ["train.steps=40", "train.checkpoint_every=5", "train.eval_every=0"]
+    code, err, run_dir = _kill_one_on_own_cluster(
+        tmp_path, "train.steps=40", "train.eval_every=0", second_after_s=3, wait_s=8
+    )  # the second while the recovery waits for a replacement
+    assert code == 0, err[-3000:]
+    summary = _summary(run_dir)
+    (event,) = summary["recoveries"]
+    assert len(event["lost"]) == 2 and event["replaced"] == 0, event
+    assert event["layout"]["n_workers"] == 2 and summary["n_workers"] == 2, event
+    by_hand = _resumed_by_hand(tmp_path, common, event["resumed_from"], 2)
     assert summary["param_sha256"] == by_hand["param_sha256"]
 
 
@@ -172,14 +214,15 @@ def test_a_frozen_or_killed_worker_stops_the_run_in_seconds(tmp_path, algorithm,
     killed ddp rank made the others' gloo raise, and the run ended in a traceback (status 1)."""
     run_dir = tmp_path / "run"
     proc = _start(
-        [f"algorithm={algorithm}", "train.steps=100000", "train.eval_every=0"]
-        + (["train.checkpoint_every=5"] if algorithm == "cdc" else []),
+        [
+            f"algorithm={algorithm}",
+            "train.steps=100000",
+            "train.eval_every=0",
+            "train.checkpoint_every=5",
+        ],
         run_dir,
     )
-    if algorithm == "cdc":
-        _wait_for(run_dir / "checkpoint.npz", proc)
-    else:
-        time.sleep(25)  # well into training (ddp keeps no checkpoint)
+    _wait_for(run_dir / "checkpoint.npz", proc)
     victim = _worker_processes(proc.pid)[1]
     t = time.monotonic()
     victim.send_signal(sig)

@@ -19,9 +19,7 @@ recorded, and on ``cluster=netem`` the wire counters are the truth.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
 import socket
 import threading
 import time
@@ -84,19 +82,27 @@ def _interface_of(ip: str) -> str | None:
     return None
 
 
-#: The :class:`Group` that holds this process's (torch's one) default process group.
-_HOLDER: list = [None]
-_HOLDER_LOCK = threading.Lock()
-
-
 class Group:
-    """One rank's DDP: torch's default process group of this process, the model wrapped in
-    ``DistributedDataParallel`` with a comm hook that counts and times its buckets, and the
-    optimizer over the model's parameters."""
+    """One rank's DDP: a gloo process group of this run's own (not torch's default one, of
+    which a process has one: a rank of a run that lost a worker may still wait in it when
+    the next attempt builds its own), the model wrapped in ``DistributedDataParallel`` over
+    it with a comm hook that counts and times its buckets, and the optimizer."""
 
-    def __init__(self, replica: Replica, spec: RunSpec, optimizer_state: dict | None, store):
+    def __init__(self, replica: Replica, spec: RunSpec, optimizer_state, store, rank, iface):
         self.store = store  # rank 0's rendezvous store, kept while the group lives
-        self.model = DistributedDataParallel(replica.model)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+        gloo = dist.ProcessGroupGloo
+        options._devices = [
+            gloo.create_device(interface=iface) if iface else gloo.create_default_device()
+        ]
+        self.size = spec.n_workers
+        # what torch.distributed.new_group builds, without the default group it needs
+        self.pg = dist.ProcessGroup(store, rank, self.size)
+        self.pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        backend = dist.ProcessGroupGloo(store, rank, self.size, options)
+        self.pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+        self.model = DistributedDataParallel(replica.model, process_group=self.pg)
         # bytes all-reduced this step, and the all-reduce's window: first bucket launched,
         # last done
         self.reduced = [0, None, 0.0]
@@ -104,7 +110,7 @@ class Group:
         self.model.register_comm_hook(None, self._all_reduce)
         self.optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
         load_state_arrays(self.optimizer, optimizer_state or {})
-        self.busy = self.closing = self.closed = False
+        self.closing = threading.Event()
         self._rehearse(replica)
 
     def _rehearse(self, replica: Replica) -> None:
@@ -132,67 +138,22 @@ class Group:
             reduced[0] += bucket.buffer().numel() * bucket.buffer().element_size()
             if reduced[1] is None:
                 reduced[1] = time.time()
-        buf = bucket.buffer().div_(dist.get_world_size())
+        buf = bucket.buffer().div_(self.size)
 
         def done(fut):
             with self._lock:
                 reduced[2] = max(reduced[2], time.time())
             return fut.value()[0]
 
-        return dist.all_reduce(buf, async_op=True).get_future().then(done)
-
-    def begin(self) -> None:
-        with _HOLDER_LOCK:
-            if self.closed:
-                raise DcodedError("this rank's process group was closed: the run was torn down")
-            self.busy = True
-
-    def end(self, destroy: bool) -> None:
-        """After a task's steps: destroy the group if it broke or was closed meanwhile."""
-        with _HOLDER_LOCK:
-            self.busy = False
-            if destroy or self.closing:
-                self._destroy()
+        return self.pg.allreduce([buf]).get_future().then(done)
 
     def close(self) -> None:
-        """Destroy the group, or (while a task runs its steps on it) have that task end and
-        destroy it: a rank waiting in an all-reduce for a frozen peer cannot be woken, and
-        destroying the group under it would wait as long."""
-        with _HOLDER_LOCK:
-            if self.busy:
-                self.closing = True
-            else:
-                self._destroy()
-
-    def _destroy(self) -> None:  # under _HOLDER_LOCK
-        if not self.closed:
-            self.closed = True
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
-            if _HOLDER[0] is self:
-                _HOLDER[0] = None
-            self.store = None
-
-
-def _free_process_group(within_s: float) -> None:
-    """Destroy a default process group an earlier run left in this process (a driver that
-    went away without a teardown); wait up to ``within_s`` for one whose ranks still run."""
-    deadline = time.monotonic() + within_s
-    while True:
-        with _HOLDER_LOCK:
-            holder = _HOLDER[0]
-            if holder is None or not holder.busy:
-                if holder is not None:
-                    holder._destroy()
-                elif dist.is_initialized():
-                    dist.destroy_process_group()
-                return
-        if time.monotonic() > deadline:
-            raise DcodedError(
-                f"this worker's process group is still in use by an earlier run after "
-                f"{within_s:g}s (a rank waiting for a peer that froze)"
-            )
-        time.sleep(0.1)
+        """Have the steps running on this group end (at their next step) and let go of it.
+        A rank that waits in an all-reduce for a frozen or dead peer cannot be woken (gloo
+        has no abort, and its connections stay open until the process ends): its thread is
+        left to gloo's timeout (``train.step_timeout_s``), and the task that runs it returns
+        at once, so the worker is free for the next attempt's group."""
+        self.closing.set()
 
 
 def ddp_setup(
@@ -207,56 +168,54 @@ def ddp_setup(
     """Build this rank: its replica (from a checkpoint's ``θ`` and full-length optimizer
     state, or seeded), the process group and the DDP model; every rank runs it at once."""
     ip = urlparse(get_worker().address).hostname
-    iface = _interface_of(ip)
-    if iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = iface
     registry.setup(run_id, rank, spec, theta)
     st = registry.state(run_id, rank)
     timeout = datetime.timedelta(seconds=spec.step_timeout_s)
     store = _STORES.pop(run_id, None) if rank == 0 else None
     if store is None:
         store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
-    _free_process_group(spec.step_timeout_s)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=spec.n_workers, timeout=timeout
-    )
-    try:
-        group = Group(st.replica, spec, optimizer_state, store)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-        raise
-    with _HOLDER_LOCK:
-        _HOLDER[0] = st.group = group
+    st.group = Group(st.replica, spec, optimizer_state, store, rank, _interface_of(ip))
     return rank
 
 
 def ddp_steps(run_id: str, rank: int, first: int, stop: int) -> dict:
-    """Steps ``first`` to ``stop - 1`` of this rank; rank 0 returns ``θ``, its optimizer
-    state (full length) and the ``θ`` of every ``eval_every``-th step; a rank whose gloo lost
-    a peer returns ``peer_lost`` (the driver says which worker it was) and destroys its group;
-    the records are left for :func:`dcoded.engine.registry.drain_records`."""
+    """Steps ``first`` to ``stop - 1`` of this rank, in a thread of their own; rank 0
+    returns ``θ``, its optimizer state (full length) and the ``θ`` of every
+    ``eval_every``-th step; a rank whose gloo lost a peer returns ``peer_lost`` (the driver
+    says which worker it was), and one whose run was torn down meanwhile ``closed``, at once,
+    even if its thread still waits for a peer. The records are left for
+    :func:`dcoded.engine.registry.drain_records`."""
     st = registry.state(run_id, rank)
     group = st.group
-    group.begin()
-    broke = False
-    try:
-        snapshots = _steps(run_id, rank, st, group, first, stop)
-    except RuntimeError as e:
-        if not _a_peer_went_away(e):
-            raise
-        broke = True
-        return {"peer_lost": str(e).splitlines()[0]}
-    finally:
-        group.end(destroy=broke)
-    if snapshots is None:
+    box: dict = {}
+    finished = threading.Event()
+
+    def steps():
+        try:
+            box["snapshots"] = _steps(run_id, rank, st, group, first, stop)
+        except BaseException as e:  # handed to the task below
+            box["error"] = e
+        finally:
+            finished.set()
+
+    threading.Thread(target=steps, daemon=True, name=f"dcoded ddp rank {rank}").start()
+    while not finished.wait(0.1):
+        if group.closing.is_set():
+            return {"closed": True}
+    error = box.get("error")
+    if error is not None:
+        if isinstance(error, RuntimeError) and _a_peer_went_away(error):
+            group.close()
+            return {"peer_lost": str(error).splitlines()[0]}
+        raise error
+    if box["snapshots"] is None:
         return {"closed": True}
     if rank != 0:
         return {}
     return {
         "theta": st.replica.theta,
         "optimizer": state_arrays(group.optimizer),
-        "snapshots": snapshots,
+        "snapshots": box["snapshots"],
     }
 
 
@@ -273,7 +232,7 @@ def _steps(run_id, rank, st, group: Group, first: int, stop: int) -> dict | None
     part = array_split_slices(B, K)[rank]
     snapshots = {}  # rank 0: θ after every eval_every steps, evaluated by the driver
     for step in range(first, stop):
-        if group.closing:
+        if group.closing.is_set():
             return None
         t0 = time.time()
         injector = Injector(spec, rank, step, st.throttle is not None)

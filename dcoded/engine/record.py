@@ -151,12 +151,12 @@ class TrainingLog:
         self._per_epoch = per_epoch
 
     def _loop_rows(self) -> None:
-        """Driver rows for the steps every rank has recorded, of ranks that run their own
-        loop: a step ends when its last rank's update ends, and starts when the step before
-        it ended, or where a loop begins, when its first rank starts it (the time between
-        two loops, the driver's checkpoint, is not training time)."""
-        complete = self.steps_with_records(self.n_workers)
-        steps = sorted({s for (s, phase) in self._phase if phase == "map"})[:complete]
+        """Driver rows of ranks that run their own loop, for every step a rank has recorded
+        (its gradient was all-reduced, so every rank had computed its part): a step ends when
+        its last rank's update ends, and starts when the step before it ended, or where a
+        loop begins, when its first rank starts it (the time between two loops, the driver's
+        checkpoint, is not training time). Rebuilt at each call, as more records come."""
+        steps = sorted({s for (s, phase) in self._phase if phase == "map"})
         wall, previous = 0.0, None
         for step in steps:
             end = self._stops[step]

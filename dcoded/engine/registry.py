@@ -13,6 +13,8 @@ shuffle, ``red``: cross-cluster sum, ``grad``: gradient to the parameter server)
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -200,6 +202,20 @@ def teardown(run_id: str, dask_worker=None) -> int:
     for state in states:
         state.close()
     return len(states)
+
+
+def kill_worker_process(address: str, dask_worker=None) -> int | None:
+    """Run on a nanny (``client.run(..., nanny=True)``): SIGKILL its worker process if it is
+    still the one at ``address`` (a frozen one; a dead one's nanny may have started another
+    already), which a stopped process cannot ignore; the nanny then starts another, as after
+    any death. The pid killed, or ``None``."""
+    process = getattr(dask_worker, "process", None)
+    if getattr(process, "worker_address", None) != address:
+        return None
+    pid = getattr(getattr(process, "process", None), "pid", None)
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    return pid
 
 
 def drain_records(run_id: str, dask_worker=None) -> dict:
