@@ -132,6 +132,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                             ctx = recover(ctx, c, e)  # or the one line why it cannot
                             run_ids.append(ctx.spec.run_id)
                             cluster_info["workers"] = list(ctx.workers)
+                            wire0 = probe()  # per step of this attempt, as every mean is
                     spec, reference, log = ctx.spec, ctx.reference, ctx.log
                     wire1 = probe()
                     if losses0 is not None:

@@ -146,7 +146,7 @@ def make_summary(
             "theory_backup": _theory_backup(spec, log, d, len(rows)) if spec.stragglers else None,
             "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
             "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
-            "control traffic and evaluation included"
+            "control traffic and evaluation included (after a recovery: its last attempt's)"
             if log.wire
             else None,
         },

@@ -82,13 +82,55 @@ def _interface_of(ip: str) -> str | None:
     return None
 
 
-class Group:
+class _Closable:
+    """What a teardown closes: ``closing`` is set, and the rank's task returns at once."""
+
+    def __init__(self):
+        self.closing = threading.Event()
+
+    def close(self) -> None:
+        self.closing.set()
+
+
+#: What :func:`_unless_closed` returns for a call the teardown did not wait for.
+CLOSED = "closed"
+
+
+def _unless_closed(closing: threading.Event, name: str, call, *args):
+    """``call(*args)`` in a thread of its own: its value (its error raised here), or
+    :data:`CLOSED` as soon as ``closing`` is set. A rank waiting for a frozen or dead peer
+    (in the rendezvous, or in an all-reduce) cannot be woken: gloo has no abort, and its
+    connections stay open until the process ends. Its thread is left to gloo's timeout
+    (``train.step_timeout_s``) while the task returns, so the worker is free for the next
+    attempt's group."""
+    box: dict = {}
+    finished = threading.Event()
+
+    def target():
+        try:
+            box["value"] = call(*args)
+        except BaseException as e:  # handed to the task below
+            box["error"] = e
+        finally:
+            finished.set()
+
+    threading.Thread(target=target, daemon=True, name=name).start()
+    while not finished.wait(0.1):
+        if closing.is_set():
+            return CLOSED
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Group(_Closable):
     """One rank's DDP: a gloo process group of this run's own (not torch's default one, of
     which a process has one: a rank of a run that lost a worker may still wait in it when
     the next attempt builds its own), the model wrapped in ``DistributedDataParallel`` over
     it with a comm hook that counts and times its buckets, and the optimizer."""
 
     def __init__(self, replica: Replica, spec: RunSpec, optimizer_state, store, rank, iface):
+        super().__init__()
         self.store = store  # rank 0's rendezvous store, kept while the group lives
         options = dist.ProcessGroupGloo._Options()
         options._timeout = datetime.timedelta(seconds=spec.step_timeout_s)
@@ -110,7 +152,6 @@ class Group:
         self.model.register_comm_hook(None, self._all_reduce)
         self.optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
         load_state_arrays(self.optimizer, optimizer_state or {})
-        self.closing = threading.Event()
         self._rehearse(replica)
 
     def _rehearse(self, replica: Replica) -> None:
@@ -147,14 +188,6 @@ class Group:
 
         return self.pg.allreduce([buf]).get_future().then(done)
 
-    def close(self) -> None:
-        """Have the steps running on this group end (at their next step) and let go of it.
-        A rank that waits in an all-reduce for a frozen or dead peer cannot be woken (gloo
-        has no abort, and its connections stay open until the process ends): its thread is
-        left to gloo's timeout (``train.step_timeout_s``), and the task that runs it returns
-        at once, so the worker is free for the next attempt's group."""
-        self.closing.set()
-
 
 def ddp_setup(
     run_id: str,
@@ -170,11 +203,20 @@ def ddp_setup(
     ip = urlparse(get_worker().address).hostname
     registry.setup(run_id, rank, spec, theta)
     st = registry.state(run_id, rank)
-    timeout = datetime.timedelta(seconds=spec.step_timeout_s)
-    store = _STORES.pop(run_id, None) if rank == 0 else None
-    if store is None:
-        store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
-    st.group = Group(st.replica, spec, optimizer_state, store, rank, _interface_of(ip))
+    st.group = building = _Closable()  # a peer lost meanwhile: the teardown ends the wait
+
+    def build() -> Group:
+        timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+        store = _STORES.pop(run_id, None) if rank == 0 else None
+        if store is None:
+            store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
+        return Group(st.replica, spec, optimizer_state, store, rank, _interface_of(ip))
+
+    group = _unless_closed(building.closing, f"dcoded ddp setup {rank}", build)
+    if group is CLOSED:
+        return -1
+    group.closing = building.closing  # a teardown from now on closes the group
+    st.group = group
     return rank
 
 
@@ -187,35 +229,23 @@ def ddp_steps(run_id: str, rank: int, first: int, stop: int) -> dict:
     :func:`dcoded.engine.registry.drain_records`."""
     st = registry.state(run_id, rank)
     group = st.group
-    box: dict = {}
-    finished = threading.Event()
-
-    def steps():
-        try:
-            box["snapshots"] = _steps(run_id, rank, st, group, first, stop)
-        except BaseException as e:  # handed to the task below
-            box["error"] = e
-        finally:
-            finished.set()
-
-    threading.Thread(target=steps, daemon=True, name=f"dcoded ddp rank {rank}").start()
-    while not finished.wait(0.1):
-        if group.closing.is_set():
-            return {"closed": True}
-    error = box.get("error")
-    if error is not None:
-        if isinstance(error, RuntimeError) and _a_peer_went_away(error):
-            group.close()
-            return {"peer_lost": str(error).splitlines()[0]}
-        raise error
-    if box["snapshots"] is None:
+    try:
+        snapshots = _unless_closed(
+            group.closing, f"dcoded ddp rank {rank}", _steps, run_id, rank, st, group, first, stop
+        )
+    except RuntimeError as e:
+        if not _a_peer_went_away(e):
+            raise
+        group.close()
+        return {"peer_lost": str(e).splitlines()[0]}
+    if snapshots is None or snapshots is CLOSED:
         return {"closed": True}
     if rank != 0:
         return {}
     return {
         "theta": st.replica.theta,
         "optimizer": state_arrays(group.optimizer),
-        "snapshots": box["snapshots"],
+        "snapshots": snapshots,
     }
 
 
