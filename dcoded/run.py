@@ -382,7 +382,8 @@ def _replace(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
         lambda: dict(client.scheduler_info(n_workers=-1)["workers"]),
         check=ctx.check_connection,  # the lost ones are known to be gone
     )
-    for w in [w for w in lost if w in known()]:
+    listed = known()
+    for w in [w for w in lost if w in listed]:
         with contextlib.suppress(Exception):
             ctx.bounded(
                 "killing a frozen worker",

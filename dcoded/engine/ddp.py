@@ -311,22 +311,16 @@ def _a_peer_went_away(error: BaseException) -> bool:
     return any(s in str(error) for s in PEER_GONE)
 
 
-def _name_the_lost_worker(ctx: Context, what: str, within_s: float = 10.0) -> None:
-    """Raise the cluster's own account (the worker and its rank) once the scheduler has seen
-    the worker go, waiting up to ``within_s`` for it to notice."""
+def _lost_a_peer(ctx: Context, message: str, within_s: float = 10.0):
+    """Raise :class:`WorkerLost` for a rank whose gloo lost its peer: the cluster's own
+    account (the worker and its rank) once the scheduler has seen the worker go, waiting up
+    to ``within_s`` for it to notice, else gloo's ``message``."""
     deadline = time.monotonic() + within_s
     while True:
-        ctx.check_cluster(what)
+        ctx.check_cluster("ddp")
         if time.monotonic() > deadline:
-            return
+            raise WorkerLost(f"ddp: a rank lost its peer ({message})")
         time.sleep(0.5)
-
-
-def _lost_a_peer(ctx: Context, message: str):
-    """Raise :class:`WorkerLost` for a rank whose gloo lost its peer, naming the worker once
-    the scheduler has seen it go."""
-    _name_the_lost_worker(ctx, "ddp")
-    raise WorkerLost(f"ddp: a rank lost its peer ({message})")
 
 
 def _stops(ctx: Context) -> list[int]:
