@@ -36,9 +36,9 @@ from pathlib import Path
 import yaml
 
 from dcoded import files
-from dcoded.coding import Placement, bounds, hybrid_plan
+from dcoded.coding import bounds
 from dcoded.coding.helptext import help_text
-from dcoded.coding.messages import step_messages
+from dcoded.coding.messages import algorithm_messages
 from dcoded.results import PHASES, load_sweep
 
 #: The experiment files of the bench, in the order it runs them (``conf/experiment/``).
@@ -163,23 +163,18 @@ def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
 
 def phase_messages(summary: dict) -> dict[str, list[tuple[int, list[int], float]]]:
     """The messages of one step of the run, ``(sender, receivers, bytes)``: the gradient
-    exchange and the parameter distribution. Hosts ``0..K-1`` are the workers, ``K`` the
-    driver (the parameter server)."""
-    K, d4 = summary["n_workers"], 4 * summary["n_params"]
-    algorithm = summary["algorithm"]
-    if algorithm == "cdc":
-        p = Placement(K, summary["redundancy"], summary["group_size"])
-        plan = None
-        if summary["shuffle"] == "hybrid":
-            plan = hybrid_plan(p.g, p.redundancy, summary["hybrid_m"])
-        phases = step_messages(p, summary["shuffle"], plan)
-        return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
-    if algorithm == "ddp":  # ring all-reduce: 2(K-1) chunks of d/K to the next rank
-        return {"shuffle": [(i, [(i + 1) % K], 2 * (K - 1) / K * d4) for i in range(K)]}
-    return {  # parameter server: gradients up, θ down, through the driver's one link
-        "shuffle": [(i, [K], d4) for i in range(K)],
-        "params": [(K, [i], d4) for i in range(K)],
-    }
+    exchange and the parameter distribution (:func:`dcoded.coding.messages.algorithm_messages`
+    of its layout). Hosts ``0..K-1`` are the workers, ``K`` the driver (the parameter server)."""
+    d4 = 4 * summary["n_params"]
+    phases = algorithm_messages(
+        summary["algorithm"],
+        summary["n_workers"],
+        summary["redundancy"],
+        summary["group_size"],
+        summary["shuffle"],
+        summary.get("hybrid_m"),
+    )
+    return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
 
 
 def topology_bounds(summary: dict) -> dict[str, float]:

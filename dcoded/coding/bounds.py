@@ -10,7 +10,9 @@ its rate; no schedule can do better:
 * ``bus`` (one shared medium every frame crosses once): everything sent, multicast once;
 * ``racks`` (hosts in racks of ``rack_size`` behind uplinks of ``uplink`` to a core): the
   switch bound of the hosts' own links, or the busiest uplink in either direction, whichever
-  is larger (a multicast crosses a rack's uplink once, whatever number of receivers is there).
+  is larger (a multicast crosses a rack's uplink once, whatever number of receivers is there);
+* ``fattree`` (two levels: racks behind uplinks of ``uplink``, racks in pods behind uplinks of
+  ``pod_uplink`` to the core): the racks bound, or the busiest pod uplink, whichever is larger.
 
 >>> msgs = [(0, [1, 2, 3], 100), (1, [0, 2, 3], 100)]
 >>> seconds({"kind": "bus", "rate": 100.0}, link_bytes(msgs, 4, multicast=True))
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-TOPOLOGIES = ("switch", "bus", "racks")
+TOPOLOGIES = ("switch", "bus", "racks", "fattree")
 
 
 def link_bytes(
@@ -32,13 +34,22 @@ def link_bytes(
     n_hosts: int,
     multicast: bool,
     rack_of: Sequence[int | None] | None = None,
+    pod_of: Sequence[int | None] | None = None,
 ) -> dict[str, object]:
     """Bytes on every link: ``egress[h]``, ``ingress[h]``, ``medium`` (all that was sent,
-    each copy once), and with ``rack_of`` (host -> rack, ``None`` for a host on the core)
-    ``up[rack]`` / ``down[rack]`` on the uplinks."""
+    each copy once), with ``rack_of`` (host -> rack, ``None`` for a host on the core)
+    ``up[rack]`` / ``down[rack]`` on the rack uplinks, and with ``pod_of`` (host -> pod)
+    ``pod_up[pod]`` / ``pod_down[pod]`` on the pods' uplinks to the core.
+
+    >>> loads = link_bytes([(0, [1, 2, 3], 10)], 4, True, rack_of=[0, 0, 1, 1], pod_of=[0, 0, 1, 1])
+    >>> dict(loads["up"]), dict(loads["down"]), dict(loads["pod_up"]), dict(loads["pod_down"])
+    ({0: 10.0}, {1: 10.0}, {0: 10.0}, {1: 10.0})
+    """
     egress, ingress = [0.0] * n_hosts, [0.0] * n_hosts
     up: dict[int, float] = defaultdict(float)
     down: dict[int, float] = defaultdict(float)
+    pod_up: dict[int, float] = defaultdict(float)
+    pod_down: dict[int, float] = defaultdict(float)
     medium = 0.0
     for sender, receivers, nbytes in messages:
         copies = [list(receivers)] if multicast else [[r] for r in receivers]
@@ -54,7 +65,22 @@ def link_bytes(
                     up[home] += nbytes
                 for rack in away - {None}:
                     down[rack] += nbytes
-    return {"egress": egress, "ingress": ingress, "medium": medium, "up": up, "down": down}
+            if pod_of is not None:
+                home = pod_of[sender]
+                away = {pod_of[r] for r in targets} - {home}
+                if away and home is not None:
+                    pod_up[home] += float(nbytes)
+                for pod in away - {None}:
+                    pod_down[pod] += float(nbytes)
+    return {
+        "egress": egress,
+        "ingress": ingress,
+        "medium": medium,
+        "up": up,
+        "down": down,
+        "pod_up": pod_up,
+        "pod_down": pod_down,
+    }
 
 
 def seconds(topology: Mapping, loads: Mapping) -> float:
@@ -67,8 +93,12 @@ def seconds(topology: Mapping, loads: Mapping) -> float:
         return hosts
     if kind == "bus":
         return max(hosts, loads["medium"] / rate)
-    if kind == "racks":
+    if kind in ("racks", "fattree"):
         uplink = float(topology["uplink"])
         busiest = max([*loads["up"].values(), *loads["down"].values(), 0.0])
-        return max(hosts, busiest / uplink)
+        racks = max(hosts, busiest / uplink)
+        if kind == "racks":
+            return racks
+        pods = max([*loads.get("pod_up", {}).values(), *loads.get("pod_down", {}).values(), 0.0])
+        return max(racks, pods / float(topology["pod_uplink"]))
     raise ValueError(f"topology {kind!r} is not known: choose one of {TOPOLOGIES}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcoded.coding.hybrid import HybridPlan, hybrid_plan
+from dcoded.coding.hybrid import HybridPlan, best_m, hybrid_plan
 from dcoded.coding.placement import Placement, label_without, summed_plan, uncoded_sender
 
 
@@ -97,6 +97,44 @@ def step_messages(
             owners = [p.global_id(o, p.local(k)) for o in range(p.n_clusters)]
             out["shuffle"].append((k, [o for o in owners if o != k], 1 / p.g))
     return out
+
+
+def algorithm_messages(
+    algorithm: str,
+    n_workers: int,
+    redundancy: int = 1,
+    group_size: int | None = None,
+    shuffle: str = "coded",
+    hybrid_m: int | None = None,
+) -> dict[str, list[tuple[int, list[int], float]]]:
+    """Every message of one step of ``algorithm``, ``(sender, receivers, length in units of
+    d)``: the gradient exchange (``shuffle``) and the distribution of ``θ`` (``params``).
+    Hosts ``0..K-1`` are the workers, ``K`` the driver (the parameter server).
+
+    ``cdc``: :func:`step_messages`; ``ddp``: the ring all-reduce, ``2(K-1)`` chunks of ``d/K``
+    from each rank to the next; ``ssgd`` and ``asgd``: every gradient up to the server and
+    ``θ`` back down through its one link.
+
+    >>> algorithm_messages("ddp", 4)["shuffle"][0]
+    (0, [1], 1.5)
+    >>> algorithm_messages("ssgd", 2)
+    {'shuffle': [(0, [2], 1.0), (1, [2], 1.0)], 'params': [(2, [0], 1.0), (2, [1], 1.0)]}
+    """
+    K = n_workers
+    if algorithm in ("cdc", "serial"):
+        p = Placement(K, redundancy, group_size)
+        plan = None
+        if shuffle == "hybrid":  # hybrid_m None: the m of least load, as the engine picks it
+            plan = hybrid_plan(p.g, p.redundancy, hybrid_m or best_m(p.g, p.redundancy))
+        return step_messages(p, shuffle, plan)
+    if algorithm == "ddp":
+        return {"shuffle": [(i, [(i + 1) % K], 2 * (K - 1) / K) for i in range(K)], "params": []}
+    if algorithm in ("ssgd", "asgd"):
+        return {
+            "shuffle": [(i, [K], 1.0) for i in range(K)],
+            "params": [(K, [i], 1.0) for i in range(K)],
+        }
+    raise ValueError(f"algorithm {algorithm!r} is not known: choose cdc, ddp, ssgd or asgd")
 
 
 def message_needs(p: Placement, tag: tuple) -> set:
