@@ -66,6 +66,8 @@ COLUMNS = [
     "vs_ssgd",
     "vs_ddp",
     "comm_bound_ms",
+    "predicted_ms",
+    "predicted_err",
     "map_ms",
     "encode_ms",
     "shuffle_ms",
@@ -105,7 +107,9 @@ NOTES = (
     "to time the whole exchange against its bound). ddp's shuffle is its all-reduce window, "
     "which runs inside its backward pass: it overlaps map_ms, which includes it. csv and json "
     "have every column (phases encode, decode and update, mean_ms, bytes multicast, params, "
-    "dask, moved and wire)."
+    "dask, moved and wire). predicted_ms: the step `python -m dcoded.predict` predicts from "
+    "the run's configuration alone (dcoded/calibration.json), predicted_err its error as a "
+    "fraction of step_ms."
 )
 
 
@@ -216,6 +220,7 @@ def row(summary: dict) -> dict:
         return round(took / bound, 3) if bound and took else None
 
     net = summary["environment"].get("netem") or {}
+    predicted = _predicted(summary)
     return {
         "topology": net.get("topology"),
         "model": summary["model"],
@@ -231,6 +236,12 @@ def row(summary: dict) -> dict:
         "p95_ms": ms(t.get("step_p95")),
         **{f"{p}_ms": ms(t.get(p)) for p in PHASES},
         **{f"{p}_bound_ms": ms(v) for p, v in limits.items()},
+        "predicted_ms": ms(predicted),
+        "predicted_err": (
+            round((predicted - t["step_median"]) / t["step_median"], 3)
+            if predicted and t.get("step_median")
+            else None
+        ),
         "shuffle_x": ratio("shuffle"),
         "params_x": ratio("params"),
         "multicast": b["multicast"],
@@ -243,6 +254,19 @@ def row(summary: dict) -> dict:
         "wire": b["wire"],
         "test_accuracy": summary["final"]["test_accuracy"],
     }
+
+
+def _predicted(summary: dict) -> float | None:
+    """The step :mod:`dcoded.predict` predicts from the run's configuration (``None`` off
+    the emulated network, where it knows no link, or for a layout it cannot model)."""
+    from dcoded.predict import ImpossibleLayout, predict, scenario_of
+
+    if not summary["environment"].get("netem"):
+        return None
+    try:
+        return predict(scenario_of(summary)).step_s
+    except (ImpossibleLayout, KeyError):
+        return None
 
 
 #: What makes two rows the same run but for the straggler model (``vs_clean``).
