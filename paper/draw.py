@@ -17,6 +17,7 @@ from paper import (
     figure_hybrid,
     figure_loads,
     figure_phases,
+    figure_scaling,
     figure_stragglers,
     figure_topology,
     output,
@@ -35,6 +36,7 @@ SCRIPTS = [
     figure_topology,
     figure_hybrid,
     figure_stragglers,
+    figure_scaling,
 ]
 
 

@@ -20,6 +20,13 @@ EXPERIMENTS = {
     "paper_topology_base": "Figure 6: DDP and the parameter server on each topology",
     "paper_stragglers": "Figure 8: cdc waiting for every map or not, under stragglers",
     "paper_stragglers_base": "Figure 8: DDP and the parameter servers under the same stragglers",
+    "paper_scaling": "Figure 9: cdc at K = 4..16 on a switch (TCP), coded and summed, g = K",
+    "paper_scaling_groups": "Figure 9: cdc in clusters of g = 4 at K = 8..16, every shuffle",
+    "paper_scaling_base": "Figure 9: DDP at K = 4..16 on the switch",
+    "paper_scaling_racks": "Figure 9: cdc as multicast on racks of 4 (2:1 and 4:1) at K = 8..16",
+    "paper_scaling_racks_base": "Figure 9: DDP on the same racks",
+    "paper_scaling_bus": "Figure 9: cdc as multicast on a bus at K = 4..16",
+    "paper_scaling_bus_base": "Figure 9: DDP on the same bus",
 }
 
 #: Experiments that need the emulated network to mean anything (they sweep its rate).
@@ -29,6 +36,13 @@ NEEDS_NETEM = {
     "paper_topology_base",
     "paper_stragglers",  # a slow worker's CPU quota, and a link the exchange has to share
     "paper_stragglers_base",
+    "paper_scaling",  # K = 16 on two cores: only the emulated links make it link-bound
+    "paper_scaling_groups",
+    "paper_scaling_base",
+    "paper_scaling_racks",
+    "paper_scaling_racks_base",
+    "paper_scaling_bus",
+    "paper_scaling_bus_base",
 }
 
 SIZES = ("small", "full")

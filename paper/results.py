@@ -83,17 +83,29 @@ def stale(results: Path, size: str, experiment: str) -> str | None:
     return _staleness[where]
 
 
-def load(results: Path, size: str, experiment: str) -> list[Run]:
+def load(results: Path, size: str, experiment: str, failed_ok: bool = False) -> list[Run]:
     """Every job of the sweep, in job order (read by :func:`dcoded.results.load_sweep`, as
-    users read theirs); :class:`MissingResults` unless every job finished."""
+    users read theirs); :class:`MissingResults` unless every job finished (with ``failed_ok``:
+    unless every job finished or failed with its reason written; :func:`failed` lists those)."""
     expected = meta(results, size, experiment)["jobs"]
     where = paths.sweep_dir(results, size, experiment)
     jobs = load_sweep(where)
     runs = [Run(j["dir"], j["summary"]) for j in jobs if j["status"] == "finished"]
-    if len(runs) != expected:
+    ended = len(runs) + (len(failed(results, size, experiment)) if failed_ok else 0)
+    if ended != expected:
         unfinished = [f"job {j['job']} {j['status']}" for j in jobs if j["status"] != "finished"]
         raise MissingResults(
             f"{where} holds {len(runs)} finished runs, its sweep had {expected} jobs"
             + (f" ({', '.join(unfinished)})" if unfinished else "")
         )
     return runs
+
+
+def failed(results: Path, size: str, experiment: str) -> list[dict]:
+    """The sweep's jobs that failed: their overrides and the first line of their error."""
+    where = paths.sweep_dir(results, size, experiment)
+    return [
+        {"job": j["job"], "overrides": j["overrides"], "error": j.get("error")}
+        for j in load_sweep(where)
+        if j["status"] == "failed"
+    ]

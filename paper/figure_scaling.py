@@ -1,0 +1,410 @@
+"""Figures 9 and 10: how the trade-off moves as K grows.
+
+Figure 9, measured: the median step against K = 4..16 on the switch (TCP), the bus (multicast)
+and racks of 4 behind uplinks oversubscribed 2:1 and 4:1 (multicast), for DDP and for cdc at
+its best r with each shuffle (coded, summed; hybrid and g = 4 on the switch), each beside its
+communication bound on that topology and beside what :mod:`dcoded.predict` predicts from the
+run's configuration alone. Reads the ``paper_scaling*`` sweeps.
+
+Figure 10, predicted only (no run): the step against K = 16..1024 for DDP and cdc's best
+layout on each topology, at 10 and 100 Gbit/s, for d = 0.1 M, 25 M and 350 M, with the
+measured K <= 16 points drawn where they exist. Its assumptions are in :data:`WORKLOADS` and
+:data:`NETWORKS`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from dcoded.bench import topology_bounds
+from dcoded.predict import Calibration, ImpossibleLayout, Scenario, predict, scenario_of
+from paper import output, paths
+from paper.results import Run, failed, load
+
+#: The sweeps Figure 9 reads, and the network each measured.
+SWEEPS = (
+    "paper_scaling",
+    "paper_scaling_groups",
+    "paper_scaling_base",
+    "paper_scaling_bus",
+    "paper_scaling_racks",
+    "paper_scaling_racks_base",
+    "paper_scaling_bus_base",
+)
+COLUMNS = [
+    "network",
+    "K",
+    "scheme",
+    "best_r",
+    "step_ms",
+    "bound_ms",
+    "step_over_bound",
+    "predicted_ms",
+    "error_pct",
+    "held_out",
+    "vs_ddp",
+]
+HELD_OUT_K = (12, 16)
+
+
+def network_of(summary: dict) -> str:
+    net = summary["environment"]["netem"]
+    kind = net.get("topology", "switch")
+    if kind == "racks":
+        ratio = net["rack_size"] * net["bandwidth_mbit"] / net["uplink_mbit"]
+        return f"racks {ratio:g}:1"
+    return kind
+
+
+def scheme_of(summary: dict) -> str:
+    if summary["algorithm"] != "cdc":
+        return summary["algorithm"]
+    g = summary["group_size"]
+    layout = "g=K" if g == summary["n_workers"] else f"g={g}"
+    return f"cdc {summary['shuffle']} {layout} {summary['transport']}"
+
+
+def runs(results: Path, size: str) -> list[Run]:
+    """Every finished run of the sweeps (a job that failed is listed by :func:`failures`)."""
+    out = []
+    for name in SWEEPS:
+        out += load(results, size, name, failed_ok=True)
+    return out
+
+
+def failures(results: Path, size: str) -> list[dict]:
+    """The jobs of the sweeps that failed, with the first line of each one's error."""
+    out = []
+    for name in SWEEPS:
+        for job in failed(results, size, name):
+            keep = ("cluster.n_workers", "cluster.topology", "cluster.uplink_mbit", "algorithm")
+            keep += ("coding.shuffle", "coding.redundancy")
+            what = " ".join(f"{k}={v}" for k, v in job["overrides"].items() if k in keep)
+            out.append({"experiment": name, "job": job["job"], "run": what, "error": job["error"]})
+    return out
+
+
+def measured_rows(results: Path, size: str, cal: Calibration | None = None) -> list[dict]:
+    """Every run: its network, scheme, r, median step, bound, prediction and error."""
+    cal = cal or Calibration.load()
+    rows = []
+    for run in runs(results, size):
+        s = run.summary
+        step = s["time_s"]["step_median"]
+        bound = topology_bounds(s)["comm"]
+        p = predict(scenario_of(s), cal)
+        rows.append(
+            {
+                "network": network_of(s),
+                "K": s["n_workers"],
+                "scheme": scheme_of(s),
+                "r": s["redundancy"] if s["algorithm"] == "cdc" else None,
+                "step_ms": 1e3 * step,
+                "bound_ms": 1e3 * bound,
+                "step_over_bound": step / bound if bound else None,
+                "predicted_ms": 1e3 * p.step_s,
+                "error_pct": 100 * (p.step_s - step) / step,
+                "held_out": s["n_workers"] in HELD_OUT_K,
+            }
+        )
+    return rows
+
+
+def best_rows(rows: list[dict]) -> list[dict]:
+    """Per network, K and scheme: the run at its fastest r, with its ratio to DDP's step."""
+    best: dict[tuple, dict] = {}
+    for x in rows:
+        key = (x["network"], x["K"], x["scheme"])
+        if key not in best or x["step_ms"] < best[key]["step_ms"]:
+            best[key] = x
+    ddp = {(x["network"], x["K"]): x["step_ms"] for x in rows if x["scheme"] == "ddp"}
+    out = []
+    for (network, K, _), x in sorted(best.items(), key=lambda kv: _order(kv[0])):
+        base = ddp.get((network, K))
+        out.append({**x, "best_r": x["r"], "vs_ddp": x["step_ms"] / base if base else None})
+    return out
+
+
+def _order(key: tuple) -> tuple:
+    network, K, scheme = key
+    return (
+        NETWORK_ORDER.index(network) if network in NETWORK_ORDER else 9,
+        K,
+        scheme != "ddp",
+        scheme,
+    )
+
+
+NETWORK_ORDER = ["switch", "bus", "racks 2:1", "racks 4:1"]
+
+
+# --------------------------------------------------------------------------- Figure 10
+
+#: Per model size: one worker's compute rate (samples/s, alone on its machine) and batch per
+#: worker, assumed for a GPU worker (stated in the report): the dnn's here, a ResNet-50-sized
+#: and a 350 M-parameter model.
+WORKLOADS = {
+    "d = 0.1 M": {"n_params": 109_386, "samples_per_s": 50_000.0, "per_worker_batch": 64},
+    "d = 25 M": {"n_params": 25_000_000, "samples_per_s": 400.0, "per_worker_batch": 32},
+    "d = 350 M": {"n_params": 350_000_000, "samples_per_s": 100.0, "per_worker_batch": 8},
+}
+#: The topologies of Figure 10: racks of 32 behind 4:1 uplinks; a fat tree of racks of 32, 8
+#: racks a pod, 4:1 at both levels.
+NETWORKS = {
+    "switch": {"topology": "switch"},
+    "bus": {"topology": "bus"},
+    "racks 4:1": {"topology": "racks", "rack_size": 32, "oversubscription": 4.0},
+    "fat tree 4:1": {
+        "topology": "fattree",
+        "rack_size": 32,
+        "pod_racks": 8,
+        "oversubscription": 4.0,
+    },
+}
+RATES_GBIT = (10, 100)
+K_RANGE = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def cdc_layouts(K: int) -> list[dict]:
+    """The cdc layouts Figure 10 tries at ``K``: the one cluster at r = 1 and 2, and clusters
+    of 4 and 8 at r = 2 and 3, with each shuffle and as TCP and multicast."""
+    out = []
+    for g, rs in ((None, (1, 2)), (4, (2, 3)), (8, (2, 3))):
+        if g is not None and (g >= K or K % g):
+            continue
+        for r in rs:
+            # beyond 9 workers a cluster's hybrid family is CDC's (none other is tabulated)
+            hybrid = ("hybrid",) if g is not None and g <= 9 else ()
+            for shuffle in ("coded", "summed", *hybrid) if r > 1 else ("summed",):
+                for transport in ("direct", "multicast"):
+                    out.append(
+                        {
+                            "redundancy": r,
+                            "group_size": g,
+                            "shuffle": shuffle,
+                            "transport": transport,
+                        }
+                    )
+    return out
+
+
+_predicted: dict[str, list[dict]] = {}  # the figure and the report ask for the same points
+
+
+def predicted_rows(cal: Calibration | None = None) -> list[dict]:
+    """Figure 10's points: DDP and the best cdc layout per (model size, network, rate, K)."""
+    cal = cal or Calibration.load()
+    key = repr((sorted(cal.costs.items()), sorted(cal.compute.items())))
+    if key not in _predicted:
+        _predicted[key] = _predict_all(cal)
+    return _predicted[key]
+
+
+def _predict_all(cal: Calibration) -> list[dict]:
+    rows = []
+    for workload, w in WORKLOADS.items():
+        for network, net in NETWORKS.items():
+            for gbit in RATES_GBIT:
+                for K in K_RANGE:
+                    if net.get("rack_size") and net["rack_size"] >= K:
+                        continue
+                    common = {
+                        "n_workers": K,
+                        "n_params": w["n_params"],
+                        "batch_size": w["per_worker_batch"] * K,
+                        "rate_mbit": 1e3 * gbit,
+                        "samples_per_s": w["samples_per_s"],
+                        "per_call_s": 0.0005,
+                        **net,
+                    }
+                    ddp = predict(Scenario("ddp", **common), cal)
+                    best = None
+                    for layout in cdc_layouts(K):
+                        try:
+                            p = predict(Scenario("cdc", **common, **layout), cal)
+                        except ImpossibleLayout:
+                            continue
+                        if best is None or p.step_s < best.step_s:
+                            best = p
+                    s = best.scenario if best else None
+                    rows.append(
+                        {
+                            "workload": workload,
+                            "network": network,
+                            "gbit": gbit,
+                            "K": K,
+                            "ddp_ms": 1e3 * ddp.step_s,
+                            "cdc_ms": 1e3 * best.step_s if best else None,
+                            "cdc_layout": (
+                                f"r={s.redundancy} g={s.group_size or K} {s.shuffle} {s.transport}"
+                                if s
+                                else None
+                            ),
+                            "cdc_over_ddp": best.step_s / ddp.step_s if best else None,
+                        }
+                    )
+    return rows
+
+
+def crossovers(rows: list[dict]) -> list[dict]:
+    """Per model size, network and rate: the least K at which cdc's best layout is faster
+    than DDP (``None``: at no K of the range)."""
+    out = []
+    keys = sorted({(x["workload"], x["network"], x["gbit"]) for x in rows}, key=str)
+    for workload, network, gbit in keys:
+        mine = [
+            x for x in rows if (x["workload"], x["network"], x["gbit"]) == (workload, network, gbit)
+        ]
+        wins = [x["K"] for x in mine if x["cdc_over_ddp"] is not None and x["cdc_over_ddp"] < 1]
+        out.append(
+            {
+                "workload": workload,
+                "network": network,
+                "gbit": gbit,
+                "first_K_cdc_wins": min(wins) if wins else None,
+                "cdc_over_ddp_at_1024": next(
+                    (x["cdc_over_ddp"] for x in mine if x["K"] == max(K_RANGE)), None
+                ),
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+    cal = Calibration.load()
+    rows = measured_rows(results, size, cal)
+    table = best_rows(rows)
+    plt = output.pyplot()
+    networks = [n for n in NETWORK_ORDER if any(x["network"] == n for x in table)]
+    fig, axes = plt.subplots(1, len(networks), figsize=(5 * len(networks), 4.6), squeeze=False)
+    for ax, network in zip(axes[0], networks, strict=True):
+        mine = [x for x in table if x["network"] == network]
+        for i, scheme in enumerate(
+            sorted({x["scheme"] for x in mine}, key=lambda s: (s != "ddp", s))
+        ):
+            pts = sorted(
+                (x["K"], x["step_ms"], x["bound_ms"], x["predicted_ms"])
+                for x in mine
+                if x["scheme"] == scheme
+            )
+            Ks, ms, bound, pred = zip(*pts, strict=True)
+            color = "k" if scheme == "ddp" else f"C{i}"
+            label = scheme.replace(" direct", " TCP").replace(" multicast", " mc")
+            ax.plot(Ks, ms, color=color, marker="o", label=label)
+            ax.plot(Ks, bound, color=color, ls=":", lw=1)
+            ax.plot(Ks, pred, color=color, ls="none", marker="x", ms=7)
+        ax.set_title(network, fontsize=11)
+        ax.set_xlabel("workers K")
+        ax.set_ylabel("ms per step (median)")
+        _log_ms(ax)
+        ax.set_xticks(sorted({x["K"] for x in mine}))
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(
+        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960, 25 Mbit/s",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    output.save_figure(fig, paths.figures(out) / "fig9_scaling.png")
+    output.write_table(
+        table,
+        COLUMNS,
+        paths.tables(out) / "fig9_scaling",
+        "Figure 9: median ms per step against K (dnn, d = 109,386, B = 960, 25 Mbit/s links "
+        "with 80 ms queues), each scheme at its fastest r; bound: the communication bound on "
+        "that network; predicted: `python -m dcoded.predict` from the run's configuration "
+        f"(K = {', '.join(map(str, HELD_OUT_K))} held out of its fit); vs_ddp: over DDP's "
+        "step on the same network and K.",
+    )
+    output.write_table(
+        rows,
+        [
+            "network",
+            "K",
+            "scheme",
+            "r",
+            "step_ms",
+            "bound_ms",
+            "predicted_ms",
+            "error_pct",
+            "held_out",
+        ],
+        paths.tables(out) / "fig9_every_run",
+        "Figure 9, every run: measured and predicted median ms per step.",
+    )
+    draw_predicted(cal, out, table)
+
+
+def _log_ms(ax) -> None:
+    """A log axis of milliseconds, labelled in plain numbers."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def draw_predicted(cal: Calibration, out: Path, measured: list[dict]) -> None:
+    rows = predicted_rows(cal)
+    plt = output.pyplot()
+    fig, axes = plt.subplots(
+        len(WORKLOADS),
+        len(NETWORKS),
+        figsize=(4.2 * len(NETWORKS), 3.4 * len(WORKLOADS)),
+        squeeze=False,
+    )
+    for i, workload in enumerate(WORKLOADS):
+        for j, network in enumerate(NETWORKS):
+            ax = axes[i][j]
+            for gbit, line in zip(RATES_GBIT, ("-", "--"), strict=True):
+                mine = [
+                    x
+                    for x in rows
+                    if (x["workload"], x["network"], x["gbit"]) == (workload, network, gbit)
+                ]
+                Ks = [x["K"] for x in mine]
+                ax.plot(
+                    Ks, [x["ddp_ms"] for x in mine], color="k", ls=line, label=f"ddp {gbit} Gbit/s"
+                )
+                ax.plot(
+                    Ks,
+                    [x["cdc_ms"] if x["cdc_ms"] is not None else math.nan for x in mine],
+                    color="C3",
+                    ls=line,
+                    label=f"cdc best {gbit} Gbit/s",
+                )
+            ax.set_xscale("log", base=2)
+            _log_ms(ax)
+            ax.set_title(f"{workload}, {network}", fontsize=9)
+            if i == len(WORKLOADS) - 1:
+                ax.set_xlabel("workers K")
+            if j == 0:
+                ax.set_ylabel("predicted ms per step")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(
+        "Figure 10 (PREDICTED by dcoded.predict, not measured): DDP and cdc's best layout",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    output.save_figure(fig, paths.figures(out) / "fig10_predicted.png")
+    output.write_table(
+        rows,
+        ["workload", "network", "gbit", "K", "ddp_ms", "cdc_ms", "cdc_layout", "cdc_over_ddp"],
+        paths.tables(out) / "fig10_predicted",
+        "Figure 10 (predicted, not measured): ms per step by the calibrated model.",
+    )
+    output.write_table(
+        crossovers(rows),
+        ["workload", "network", "gbit", "first_K_cdc_wins", "cdc_over_ddp_at_1024"],
+        paths.tables(out) / "fig10_crossover",
+        "Figure 10: the least K at which cdc's best layout is predicted faster than DDP.",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(output.cli(main, prog="python -m paper.figure_scaling"))
