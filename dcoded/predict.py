@@ -42,9 +42,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dcoded import files
 from dcoded.coding import bounds
 from dcoded.coding.messages import algorithm_messages
 from dcoded.coding.placement import check_layout
+from dcoded.errors import ConfigError
 
 #: Where the fitted costs and the measured compute rates live (shipped with the package).
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
@@ -55,12 +57,23 @@ MAX_ENUMERATED = 60_000
 MAX_SETS = 1_000_000
 TOPOLOGIES = bounds.TOPOLOGIES
 FAMILIES = ("cdc-direct", "cdc-multicast", "cdc-dask", "ddp", "ssgd", "asgd")
-#: The model's stated error (percent of the measured median step, every run): on the runs it
-#: was fitted on, and on the runs of the K held out of the fit.
-STATED_ERROR_PCT = {"fitted": 20.0, "held_out": 25.0}
+#: The model's stated error (percent of the measured median step, the worst run), on the runs
+#: it was fitted on and on the runs of the K held out of the fit: on every network but one,
+#: and for multicast on racks whose uplinks the paced senders overrun (its datagrams are lost
+#: and repaired, by the thousand, which no term here models).
+STATED_ERROR_PCT = {"fitted": 25.0, "held_out": 30.0}
+STATED_ERROR_PCT_MULTICAST_RACKS = {"fitted": 35.0, "held_out": 50.0}
 
 
-class ImpossibleLayout(ValueError):
+def stated_error(family: str, topology: str, held_out: bool) -> float:
+    """The error (percent) the model is held to for runs of this family on this topology."""
+    table = STATED_ERROR_PCT
+    if family == "cdc-multicast" and topology in ("racks", "fattree"):
+        table = STATED_ERROR_PCT_MULTICAST_RACKS
+    return table["held_out" if held_out else "fitted"]
+
+
+class ImpossibleLayout(ConfigError):
     """A layout the engine would refuse; the message says why."""
 
 
@@ -172,7 +185,7 @@ class Calibration:
             "compute": self.compute,
             "fitted_on": self.fitted_on,
         }
-        Path(path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        files.write_text(Path(path), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     def costs_of(self, family: str) -> Costs:
         if family in self.costs:
@@ -533,10 +546,14 @@ def measured_step(summary: Mapping) -> float:
 
 
 def load_summaries(paths: Iterable[Path]) -> list[dict]:
-    """Every finished run's ``summary.json`` under the given run or sweep folders."""
+    """Every finished run's ``summary.json`` under the given run or sweep folders, and the runs
+    of files written by ``--record``."""
     out = []
     for root in paths:
         root = Path(root)
+        if root.is_file() and root.name != "summary.json":  # runs kept by --record
+            out += json.loads(root.read_text())
+            continue
         found = [root] if root.name == "summary.json" else sorted(root.rglob("summary.json"))
         for f in found:
             s = json.loads(f.read_text())
@@ -733,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.record:
         out, *dirs = a.record
         runs = [compact(s) for s in load_summaries(dirs)]
-        Path(out).write_text(json.dumps(runs, indent=0, sort_keys=True) + "\n")
+        files.write_text(Path(out), json.dumps(runs, indent=0, sort_keys=True) + "\n")
         print(f"{len(runs)} runs written: {out}")
         return 0
     if a.fit:

@@ -604,7 +604,7 @@ def _largest(results: Path, size: str, K: int) -> list:
 
 def result_scaling(results: Path, size: str) -> str:
     """How the trade-off moves with K: measured to 16 beside bound and model, predicted past."""
-    from dcoded.predict import STATED_ERROR_PCT, Calibration
+    from dcoded.predict import Calibration, stated_error
 
     cal = Calibration.load()
     every = figure_scaling.measured_rows(results, size, cal)
@@ -675,8 +675,6 @@ def result_scaling(results: Path, size: str) -> str:
     for x in figure_scaling.failures(results, size):
         out.append(f"- failed, not in the table: `{x['experiment']}` {x['run']}: {x['error']}")
     rows = every
-    fitted = [abs(x["error_pct"]) for x in rows if not x["held_out"]]
-    held = [abs(x["error_pct"]) for x in rows if x["held_out"]]
     costs = {f: c for f, c in cal.costs.items() if cal.fitted_on.get("runs", {}).get(f)}
     out.append("")
     out.append(
@@ -698,20 +696,26 @@ def result_scaling(results: Path, size: str) -> str:
             f"{1e3 * c.per_step_s:.1f} ms a step"
         )
 
-    def _err(xs, target):
-        if not xs:
-            return "no runs"
-        xs = sorted(xs)
-        verdict = "within" if xs[-1] <= target else "**not within**"
-        return (
-            f"median {xs[len(xs) // 2]:.1f}%, worst {xs[-1]:.1f}% over {len(xs)} runs: {verdict} "
-            f"the {target:g}% it is held to"
+    groups: dict[tuple, list[float]] = {}
+    for x in rows:
+        mc_racks = "multicast" in x["scheme"] and x["network"].startswith("racks")
+        family = "cdc-multicast" if "multicast" in x["scheme"] else "cdc-direct"
+        family = "ddp" if x["scheme"] == "ddp" else family
+        groups.setdefault((family, mc_racks, x["held_out"]), []).append(abs(x["error_pct"]))
+    for (family, mc_racks, held), errors in sorted(groups.items()):
+        errors.sort()
+        limit = stated_error(family, "racks" if mc_racks else "switch", held)
+        out.append(
+            f"  - {family}{' on racks' if mc_racks else ''}, "
+            f"{'held-out K' if held else 'fitted K'}: median {errors[len(errors) // 2]:.1f}%, "
+            f"worst {errors[-1]:.1f}% over {len(errors)} runs (held to {limit:g}%; the target "
+            f"set for the model was {20 if not held else 25}%: "
+            + ("met)" if errors[-1] <= (25 if held else 20) else "**missed**)")
         )
-
     out.append(
-        f"- error on the runs it was fitted on: {_err(fitted, STATED_ERROR_PCT['fitted'])}; on "
-        f"the held-out runs: {_err(held, STATED_ERROR_PCT['held_out'])}. A test keeps it so on "
-        "these runs (`tests/test_predict.py`)."
+        "  A test keeps every run within the error stated for it (`tests/test_predict.py`). "
+        "Multicast on racks is worst: its paced senders overrun the shared uplinks, and the "
+        "runs repaired thousands of datagrams (`repaired_datagrams`), which no term models."
     )
     pred = figure_scaling.predicted_rows(cal)
     cross = figure_scaling.crossovers(pred)
@@ -725,7 +729,9 @@ def result_scaling(results: Path, size: str) -> str:
         + " (a GPU worker's order of magnitude, assumed); racks of 32 behind 4:1 uplinks, a fat "
         "tree of such racks 8 to a pod, 4:1 again to the core; DDP's buckets of 25 MB overlap "
         "the backward pass; the software costs are those fitted here, on Dask and two shared "
-        "cores, so the per-message and per-step terms are this machine's, not a data centre's. "
+        "cores, so the per-message and per-step terms are this machine's, not a data centre's; "
+        "no measured run shares these rates and sizes (they are at 25 Mbit/s, d = 0.1 M), so "
+        "none is drawn in Figure 10. "
         "The least K at which cdc's best layout is predicted faster than DDP:"
     )
     out.append("")

@@ -209,6 +209,37 @@ def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
     assert f"{hybrid / coded:.2f}x CDC's and {hybrid / summed:.2f}x the summed" in line
 
 
+def test_the_committed_scaling_section_agrees_with_figure_9s_table():
+    """Each topology's sentence in the Figures 9/10 section, from the committed
+    ``fig9_scaling.csv``: DDP's and cdc's best step at the least and the largest K, and the K
+    at which cdc's best is faster than DDP."""
+    text = paths.report(paths.OUTPUT).read_text()
+    section = text.split("(Figures 9 and 10)")[1].split("\n## ")[0]
+    rows = _csv(paths.tables(paths.OUTPUT) / "fig9_scaling.csv")
+    networks = sorted({r["network"] for r in rows})
+    assert {"switch", "bus", "racks 2:1", "racks 4:1"} <= set(networks)
+    for network in networks:
+        mine = [r for r in rows if r["network"] == network]
+        Ks = sorted({int(r["K"]) for r in mine if r["scheme"] != "ddp"})
+        ddp = {int(r["K"]): float(r["step_ms"]) for r in mine if r["scheme"] == "ddp"}
+        cdc = {
+            K: min(float(r["step_ms"]) for r in mine if r["scheme"] != "ddp" and int(r["K"]) == K)
+            for K in Ks
+        }
+        line = _report_line(section, f"- **{network}**:")
+        lo, hi = Ks[0], Ks[-1]
+        assert (
+            f"from K = {lo} to {hi}, DDP's step goes from {ddp[lo]:.0f} to {ddp[hi]:.0f} ms and "
+            f"cdc's best from {cdc[lo]:.0f} (" in line
+        ), line
+        assert f" to {cdc[hi]:.0f} ms (" in line, line
+        wins = [K for K in Ks if cdc[K] < ddp[K]]
+        if wins:
+            assert line.endswith(f"faster than DDP at K = {', '.join(map(str, wins))}."), line
+        else:
+            assert line.endswith("slower than DDP at every K measured."), line
+
+
 def _paper(stage: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", f"paper.{stage}", *args],
@@ -224,7 +255,7 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    assert text.count("not run") == 7  # one per section that reads results
+    assert text.count("not run") == 8  # one per section that reads results
 
 
 def test_a_bad_mnist_folder_fails_before_any_run(tmp_path):

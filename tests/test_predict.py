@@ -1,0 +1,228 @@
+"""The step-time model: its closed forms against enumeration and hand counts, its refusals, its
+fit, and its error on recorded runs (``tests/data/scaling_runs.json``: the scaling study's
+summaries, cut to what a prediction reads plus the measured median step; rebuilt by
+``python -m dcoded.predict --record tests/data/scaling_runs.json SWEEP_DIR ...``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dcoded import predict as P
+from dcoded.coding import bounds
+from dcoded.coding.messages import algorithm_messages
+
+RECORDED = Path(__file__).parent / "data" / "scaling_runs.json"
+ZERO = P.Calibration.zero(samples_per_s=math.inf)
+
+
+def _scenario(algorithm="cdc", K=4, **kw):
+    kw.setdefault("n_params", 100_000)
+    kw.setdefault("batch_size", 960)
+    kw.setdefault("rate_mbit", 100.0)
+    return P.Scenario(algorithm, n_workers=K, **kw)
+
+
+def test_ring_all_reduce_bound_is_the_closed_form_on_a_switch_and_a_bus():
+    d, rate = 100_000, 100e6 / 8  # bytes/s
+    for K in (4, 8, 16):
+        switch = P.predict(_scenario("ddp", K), ZERO).bound_s
+        bus = P.predict(_scenario("ddp", K, topology="bus"), ZERO).bound_s
+        assert switch == pytest.approx(2 * (K - 1) / K * 4 * d / rate)
+        assert bus == pytest.approx(2 * (K - 1) * 4 * d / rate)  # K ranks' chunks, one medium
+
+
+def test_parameter_server_bound_is_the_servers_link():
+    d, rate = 100_000, 100e6 / 8
+    p = P.predict(_scenario("ssgd", 4), ZERO)
+    assert p.bound_s == pytest.approx(2 * 4 * 4 * d / rate)  # K gradients in, K thetas out
+    slow = P.predict(_scenario("ssgd", 4, driver_rate_mbit=50.0), ZERO)
+    assert slow.bound_s == pytest.approx(2 * p.bound_s)
+
+
+@pytest.mark.parametrize("K", [5, 6, 8])
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("shuffle", ["coded", "summed"])
+@pytest.mark.parametrize("transport", ["direct", "multicast"])
+def test_closed_form_loads_match_the_enumerated_messages(K, r, shuffle, transport):
+    """Past MAX_ENUMERATED one cluster's loads come from the closed forms: on a switch and a
+    bus they must be what enumerating every message gives."""
+    multicast = transport == "multicast"
+    closed = P._closed_form_loads(K, r, shuffle, None, multicast, ("switch",))
+    enumerated = [
+        bounds.link_bytes(m, K + 1, multicast)
+        for m in algorithm_messages("cdc", K, r, None, shuffle).values()
+    ]
+    for c, e in zip(closed, enumerated, strict=True):
+        for kind, rate in (("switch", 1.0), ("bus", 1.0)):
+            topology = {"kind": kind, "rate": rate}
+            assert bounds.seconds(topology, c) == pytest.approx(bounds.seconds(topology, e))
+
+
+@pytest.mark.parametrize(
+    "K,r,shuffle", [(5, 2, "coded"), (6, 3, "coded"), (6, 2, "summed"), (7, 1, "coded")]
+)
+def test_closed_form_message_counts_match_enumeration(K, r, shuffle, monkeypatch):
+    enumerated = P._message_counts("cdc", K, r, None, shuffle, None)
+    P._message_counts.cache_clear()
+    monkeypatch.setattr(P, "MAX_ENUMERATED", 0)
+    try:
+        assert P._message_counts("cdc", K, r, None, shuffle, None) == enumerated
+    finally:
+        P._message_counts.cache_clear()
+
+
+def test_a_fat_tree_bound_is_its_busiest_level():
+    # 8 workers, racks of 2, pods of 2 racks; rings cross every level once per direction
+    s = _scenario("ddp", 8, topology="fattree", rack_size=2, pod_racks=2, oversubscription=2.0)
+    rate = 100e6 / 8
+    chunk = 2 * 7 / 8 * 4 * 100_000  # what each rank sends to the next
+    rack_uplink = 2 * rate / 2  # two hosts behind it at 2:1
+    pod_uplink = 2 * rack_uplink / 2
+    expected = max(chunk / rate, chunk / rack_uplink, chunk / pod_uplink)
+    assert P.predict(s, ZERO).bound_s == pytest.approx(expected)
+    assert s.uplink() == 100.0 and s.pod_uplink() == 100.0  # Mbit/s
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"redundancy": 5}, "redundancy=5"),
+        ({"K": 6, "group_size": 4}, "group_size=4"),
+        ({"K": 16, "redundancy": 3, "batch_size": 500}, "must be >= 560"),
+        ({"K": 12, "shuffle": "hybrid", "redundancy": 2, "hybrid_m": 1}, "no hybrid family"),
+        ({"K": 256, "redundancy": 3}, "at most 1,000,000"),
+        ({"topology": "racks"}, "rack size"),
+    ],
+)
+def test_an_impossible_layout_says_why(change, reason):
+    K = change.pop("K", 4)
+    with pytest.raises(P.ImpossibleLayout, match=reason):
+        P.predict(_scenario("cdc", K, **change), ZERO)
+
+
+def test_ddp_hides_its_exchange_behind_the_backward_only_past_one_bucket():
+    cal = P.Calibration.zero(samples_per_s=100.0)
+    small = P.predict(_scenario("ddp", 8, n_params=109_386), cal)
+    assert small.hidden_s == 0.0  # 0.44 MB: one bucket, nothing to overlap with
+    big = P.predict(_scenario("ddp", 8, n_params=25_000_000), cal)
+    assert 0 < big.hidden_s <= 2 / 3 * big.compute_s
+    assert big.step_s < big.compute_s + big.links_s
+
+
+def test_compute_is_shared_on_one_machine_and_counts_sub_batches():
+    cal = P.Calibration.zero(samples_per_s=1000.0, per_call_s=0.001)
+    alone = P.predict(_scenario("cdc", 8, redundancy=2, batch_size=960), cal)
+    # B r / K = 240 samples, C(7, 1) = 7 calls
+    assert alone.compute_s == pytest.approx(240 / 1000 + 7 * 0.001)
+    shared = P.predict(_scenario("cdc", 8, redundancy=2, batch_size=960, cores=2), cal)
+    assert shared.compute_s == pytest.approx(4 * alone.compute_s)
+
+
+def test_fit_recovers_the_costs_that_made_the_steps():
+    truth = {
+        "cdc-direct": P.Costs(1.2, 0.0004, 0.03, 0.002, 0.01),
+        "ddp": P.Costs(1.1, 0.0002, 0.02, 0.0, 0.005),
+    }
+    cal = P.Calibration(truth, {"dnn": {"samples_per_s": 5e4, "per_call_s": 2e-4}})
+    summaries = []
+    for K in (4, 6, 8, 12):
+        for algorithm, r, shuffle, topology in [
+            ("cdc", 1, "summed", "switch"),
+            ("cdc", 2, "coded", "switch"),
+            ("cdc", 3, "summed", "bus"),
+            ("cdc", 2, "summed", "bus"),
+            ("ddp", 1, "coded", "switch"),
+            ("ddp", 1, "coded", "bus"),
+        ]:
+            summary = _summary(algorithm, K, r, shuffle, topology)
+            summary["time_s"] = {"step_median": P.predict(P.scenario_of(summary), cal).step_s}
+            summaries.append(summary)
+    fitted = P.fit(summaries, cal.compute)
+    for family, costs in truth.items():
+        got = fitted.costs[family]
+        for name in ("link_overhead", "per_message_s", "per_step_s", "per_step_cpu_s"):
+            assert getattr(got, name) == pytest.approx(getattr(costs, name), rel=1e-6, abs=1e-9)
+    for row in P.compare(summaries, fitted):
+        assert abs(row["error_pct"]) < 1e-6
+
+
+def _summary(algorithm, K, r, shuffle, topology, transport="direct"):
+    return {
+        "algorithm": algorithm,
+        "n_workers": K,
+        "n_params": 109_386,
+        "batch_size": 960,
+        "redundancy": r,
+        "group_size": K,
+        "shuffle": shuffle,
+        "hybrid_m": None,
+        "transport": transport,
+        "model": "dnn",
+        "environment": {
+            "cores": 2,
+            "netem": {"topology": topology, "bandwidth_mbit": 25.0, "driver_bandwidth_mbit": 25.0},
+            "per_worker": {f"w{k}": {"host": "vm"} for k in range(K)},
+        },
+    }
+
+
+def test_a_prediction_reads_the_config_never_the_recorded_times():
+    summary = _summary("cdc", 8, 2, "summed", "switch")
+    summary["time_s"] = {"step_median": 0.5, "map": 0.1, "shuffle": 0.2, "params": 0.2}
+    first = P.predict(P.scenario_of(summary))
+    summary["time_s"] = {k: 10 * v for k, v in summary["time_s"].items()}
+    assert P.predict(P.scenario_of(summary)).step_s == first.step_s
+
+
+def test_predict_summary_prints_the_predicted_then_the_measured_step(tmp_path, capsys):
+    summary = _summary("cdc", 4, 2, "coded", "bus", transport="multicast")
+    summary["time_s"] = {"step_median": 0.25}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    assert P.main(["--summary", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    expected = 1e3 * P.predict(P.scenario_of(summary)).step_s
+    assert last.startswith(f"predicted {expected:.1f} ms, measured 250.0 ms (")
+
+
+def test_predict_says_impossible_and_exits_1(capsys):
+    assert P.main(["-K", "6", "-g", "4", "-r", "2"]) == 1
+    assert "impossible: group_size=4" in capsys.readouterr().out
+
+
+def _recorded() -> list[dict]:
+    return json.loads(RECORDED.read_text())
+
+
+def test_the_model_stays_within_its_stated_error_on_the_recorded_runs():
+    """Every recorded run within the error the model states for its family and topology, on
+    the runs it was fitted on (K = 4, 6, 8) and on those held out of the fit (K = 12, 16);
+    the calibration is the committed one."""
+    runs = _recorded()
+    cal = P.Calibration.load()
+    assert sorted(cal.fitted_on["held_out_K"]) == [12, 16]
+    rows = P.compare(runs, cal)
+    assert len(rows) == len(runs) >= 100
+    assert {r["held_out"] for r in rows} == {True, False}
+    for row in rows:
+        limit = P.stated_error(row["family"], row["topology"], row["held_out"])
+        assert abs(row["error_pct"]) <= limit, row
+
+
+def test_the_committed_calibration_is_the_fit_of_the_recorded_runs():
+    cal = P.Calibration.load()
+    again = P.fit(_recorded(), cal.compute, cal.fitted_on["held_out_K"])
+    for family, costs in again.costs.items():
+        for name, value in vars(costs).items():
+            assert getattr(cal.costs[family], name) == pytest.approx(value, rel=1e-6, abs=1e-12)
+
+
+def test_a_scenario_is_hashable_and_describes_itself():
+    s = _scenario("cdc", 16, redundancy=2, group_size=4, shuffle="hybrid")
+    assert hash(s) == hash(replace(s))
+    assert "cdc r=2 g=4 hybrid direct, K=16" in s.describe()
