@@ -311,6 +311,13 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
         "paper_topology_base": 0,
         "paper_stragglers": 0,
         "paper_stragglers_base": 0,
+        "paper_scaling": 0,
+        "paper_scaling_groups": 0,
+        "paper_scaling_base": 0,
+        "paper_scaling_racks": 0,
+        "paper_scaling_racks_base": 0,
+        "paper_scaling_bus": 0,
+        "paper_scaling_bus_base": 0,
     }
     for netem_only in paths.NEEDS_NETEM:
         assert (small / netem_only / "skipped.json").exists()
