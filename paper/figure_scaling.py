@@ -86,11 +86,12 @@ def failures(results: Path, size: str) -> list[dict]:
     return out
 
 
-def measured_rows(results: Path, size: str, cal: Calibration | None = None) -> list[dict]:
-    """Every run: its network, scheme, r, median step, bound, prediction and error."""
+def measured_rows(every: list[Run], cal: Calibration | None = None) -> list[dict]:
+    """Every run of :func:`runs`: its network, scheme, r, median step, bound, prediction and
+    error."""
     cal = cal or Calibration.load()
     rows = []
-    for run in runs(results, size):
+    for run in every:
         s = run.summary
         step = s["time_s"]["step_median"]
         bound = topology_bounds(s)["comm"]
@@ -277,7 +278,7 @@ def crossovers(rows: list[dict]) -> list[dict]:
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     cal = Calibration.load()
-    rows = measured_rows(results, size, cal)
+    rows = measured_rows(runs(results, size), cal)
     table = best_rows(rows)
     plt = output.pyplot()
     networks = [n for n in NETWORK_ORDER if any(x["network"] == n for x in table)]

@@ -534,7 +534,7 @@ def result_stragglers(results: Path, size: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _two_cores(results: Path, size: str, cal) -> str:
+def _two_cores(every: list, cal) -> str:
     """What sharing two cores does to the compute side, and why the links' rate was chosen."""
     from dataclasses import replace
 
@@ -542,7 +542,7 @@ def _two_cores(results: Path, size: str, cal) -> str:
 
     plain = [
         r
-        for r in figure_scaling.runs(results, size)
+        for r in every
         if r["algorithm"] == "cdc"
         and r["redundancy"] == 1
         and figure_scaling.network_of(r.summary) == "switch"
@@ -550,7 +550,7 @@ def _two_cores(results: Path, size: str, cal) -> str:
     ]
     ddp = [
         r
-        for r in figure_scaling.runs(results, size)
+        for r in every
         if r["algorithm"] == "ddp" and figure_scaling.network_of(r.summary) == "switch"
     ]
     if not plain or not ddp:
@@ -581,17 +581,17 @@ def _two_cores(results: Path, size: str, cal) -> str:
                 if r["time_s"]["map"] > r["time_s"]["shuffle"] + r["time_s"]["params"]
                 else "."
             )
-            for r in _largest(results, size, big["n_workers"])
+            for r in _largest(every, big["n_workers"])
         )
     )
 
 
-def _largest(results: Path, size: str, K: int) -> list:
+def _largest(every: list, K: int) -> list:
     """The summed shuffle at every r on the switch at ``K`` (g = K), in r's order."""
     return sorted(
         (
             r
-            for r in figure_scaling.runs(results, size)
+            for r in every
             if r["algorithm"] == "cdc"
             and r["n_workers"] == K
             and r["group_size"] == K
@@ -607,7 +607,8 @@ def result_scaling(results: Path, size: str) -> str:
     from dcoded.predict import Calibration, stated_error
 
     cal = Calibration.load()
-    every = figure_scaling.measured_rows(results, size, cal)
+    measured = figure_scaling.runs(results, size)  # read once for the table and the text
+    every = figure_scaling.measured_rows(measured, cal)
     best = figure_scaling.best_rows(every)
     out = []
     cdc = [x for x in best if x["scheme"] != "ddp"]
@@ -671,7 +672,7 @@ def result_scaling(results: Path, size: str) -> str:
             else "slower than DDP at every K measured."
         )
         out.append(line)
-    out.append(_two_cores(results, size, cal))
+    out.append(_two_cores(measured, cal))
     for x in figure_scaling.failures(results, size):
         out.append(f"- failed, not in the table: `{x['experiment']}` {x['run']}: {x['error']}")
     rows = every
