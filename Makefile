@@ -36,12 +36,13 @@ bench: $(STAMP)
 
 # The paper's tables and figures: stage 1 runs the sweeps (cached in paper/results/$(SIZE)),
 # stage 2 only reads them and draws. SIZE=full for the full-size setting; MNIST=DIR to train on
-# the MNIST IDX files in DIR instead of MNIST-sized synthetic data.
+# the MNIST IDX files in DIR instead of MNIST-sized synthetic data; BEYOND=1 also the studies
+# beyond the paper (Figures 6-10, two more hours).
 SIZE ?= small
 paper: paper-results paper-draw
 
 paper-results: $(STAMP)
-	$(BIN)/python -m paper.sweep --size $(SIZE) $(if $(MNIST),--mnist $(MNIST)) $(ARGS)
+	$(BIN)/python -m paper.sweep --size $(SIZE) $(if $(MNIST),--mnist $(MNIST)) $(if $(BEYOND),--beyond) $(ARGS)
 
 paper-draw: $(STAMP)
 	$(BIN)/python -m paper.draw --size $(SIZE)

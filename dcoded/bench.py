@@ -59,12 +59,19 @@ COLUMNS = [
     "straggle",
     "s",
     "steps",
+    "repeats",
     "step_ms",
+    "p25_ms",
+    "p75_ms",
     "mean_ms",
     "p95_ms",
     "vs_clean",
     "vs_ssgd",
+    "vs_ssgd_lo",
+    "vs_ssgd_hi",
     "vs_ddp",
+    "vs_ddp_lo",
+    "vs_ddp_hi",
     "comm_bound_ms",
     "predicted_ms",
     "predicted_err",
@@ -95,11 +102,18 @@ COLUMNS = [
 CSV_ONLY = (
     "steps", "mean_ms", "encode_ms", "decode_ms", "update_ms", "multicast", "theory_multicast",
     "params", "dask", "moved", "wire", "shuffle_bound_ms", "params_bound_ms",
+    "vs_ssgd_lo", "vs_ssgd_hi", "vs_ddp_lo", "vs_ddp_hi",
 )  # fmt: skip
 SHOWN = [c for c in COLUMNS if c not in CSV_ONLY]
 
 #: Below the table: what its ratios to the bounds say, and what they do not.
 NOTES = (
+    "step_ms is the median step, p25_ms and p75_ms its interquartile range over the steps. "
+    "With --repeats N the bench runs every sweep N times, the repeats interleaved (all of "
+    "repeat 1, then all of repeat 2...) so that drift on the machine hits every algorithm "
+    "alike; a row's times are then the medians over its repeats, and vs_ssgd, vs_ddp the mean "
+    "over repeats of the ratio to the baseline of the same repeat, [its 95% interval] (Student's "
+    "t over the repeats). "
     "shuffle_x, params_x: the phase's time over its bound on the run's topology (the least "
     "time its bytes need on those links). With transport.overlap=true (the default) a message "
     "leaves as soon as its sub-batches are computed, inside map: part of the exchange is done "
@@ -231,7 +245,10 @@ def row(summary: dict) -> dict:
         "straggle": (summary.get("straggle") or {}).get("model", "none"),
         "s": summary.get("stragglers"),
         "steps": summary["steps"],
+        "repeats": 1,
         "step_ms": ms(t["step_median"]),
+        "p25_ms": ms(t.get("step_p25")),
+        "p75_ms": ms(t.get("step_p75")),
         "mean_ms": ms(t.get("step_mean")),
         "p95_ms": ms(t.get("step_p95")),
         **{f"{p}_ms": ms(t.get(p)) for p in PHASES},
@@ -278,20 +295,73 @@ def add_ratios(rows: list[dict]) -> None:
     under the same stragglers, and over its own step without stragglers (``vs_clean``), from
     this run."""
     clean = {
-        tuple(r.get(k) for k in _SAME_RUN): r["step_ms"]
+        tuple(r.get(k) for k in (*_SAME_RUN, "repeat")): r["step_ms"]
         for r in rows
         if r.get("straggle", "none") == "none"
     }
     for r in rows:
-        ref = clean.get(tuple(r.get(k) for k in _SAME_RUN))
+        ref = clean.get(tuple(r.get(k) for k in (*_SAME_RUN, "repeat")))
         r["vs_clean"] = round(r["step_ms"] / ref, 3) if ref and r["step_ms"] else None
-    for where in {(r["model"], r.get("topology"), r.get("straggle")) for r in rows}:
-        same = [r for r in rows if (r["model"], r.get("topology"), r.get("straggle")) == where]
+
+    def place(r):
+        return r["model"], r.get("topology"), r.get("straggle"), r.get("repeat")
+
+    for where in {place(r) for r in rows}:
+        same = [r for r in rows if place(r) == where]
         base = {r["algorithm"]: r["step_ms"] for r in same if r["algorithm"] in ("ssgd", "ddp")}
         for r in same:
             for name in ("ssgd", "ddp"):
                 ref = base.get(name)
                 r[f"vs_{name}"] = round(r["step_ms"] / ref, 3) if ref and r["step_ms"] else None
+
+
+#: What the same run is across repeats: every column a run's configuration sets.
+_SAME = (*_SAME_RUN, "straggle")
+#: The ratios that get an interval over repeats; every other number is their median.
+_RATIOS = ("vs_clean", "vs_ssgd", "vs_ddp")
+
+
+def combine(rows: list[dict]) -> list[dict]:
+    """One row per run of the bench over its repeats (rows with a ``repeat``): its times and
+    bytes the medians over the repeats, ``vs_ssgd`` and ``vs_ddp`` the mean of the repeats'
+    ratios with a 95% interval (``_lo``, ``_hi``; Student's t over the repeats).
+
+    >>> rows = [{"model": "dnn", "algorithm": "cdc", "repeat": i, "step_ms": t, "vs_ddp": v}
+    ...         for i, (t, v) in enumerate([(10.0, 0.9), (12.0, 1.0), (11.0, 0.95)])]
+    >>> (one,) = combine(rows)
+    >>> one["repeats"], one["step_ms"], one["vs_ddp"], one["vs_ddp_lo"] < 0.95 < one["vs_ddp_hi"]
+    (3, 11.0, 0.95, True)
+    """
+    from statistics import median
+
+    from dcoded.results import interval
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in _SAME), []).append(r)
+    out = []
+    for same in groups.values():
+        if len(same) == 1:
+            one = {k: v for k, v in same[0].items() if k != "repeat"}
+            out.append({**one, **{f"{k}_{e}": None for k in _RATIOS[1:] for e in ("lo", "hi")}})
+            continue
+        row = {"repeats": len(same)}
+        for k in dict.fromkeys(k for r in same for k in r):
+            values = [r.get(k) for r in same]
+            numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            if k == "repeat":
+                continue
+            if k in _RATIOS and len(numbers) > 1:
+                iv = interval(numbers)
+                row[k] = round(iv["mean"], 3)
+                row[f"{k}_lo"], row[f"{k}_hi"] = round(iv["lo"], 3), round(iv["hi"], 3)
+            elif k in _SAME or k == "repeats" or len(numbers) != len(values) or not numbers:
+                row.setdefault(k, values[0])
+            else:
+                row[k] = round(median(numbers), 3)
+        row["repeats"] = len(same)
+        out.append(row)
+    return out
 
 
 def markdown(rows: list[dict], header: str) -> str:
@@ -302,9 +372,15 @@ def markdown(rows: list[dict], header: str) -> str:
             return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
         return str(v)
 
+    def shown_cell(r, c):
+        lo, hi = r.get(f"{c}_lo"), r.get(f"{c}_hi")
+        if lo is not None and hi is not None and r.get(c) is not None:
+            return f"{cell(r[c])} [{cell(lo)}, {cell(hi)}]"
+        return cell(r.get(c))
+
     shown = [c for c in SHOWN if any(r.get(c) is not None for r in rows)]
     lines = [header, "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in shown) + " |" for r in rows]
+    lines += ["| " + " | ".join(shown_cell(r, c) for c in shown) + " |" for r in rows]
     return "\n".join([*lines, "", NOTES]) + "\n"
 
 
@@ -350,15 +426,21 @@ def read(sweep_dirs: list[Path]) -> tuple[list[dict], str, list[str]]:
     :func:`dcoded.results.load_sweep`): a row per finished job, in the bench's order, with
     the ratios to the baselines of the same model and topology among them, and a line per job
     that did not finish."""
-    jobs = [j for d in sweep_dirs for j in load_sweep(d)]
+    jobs, repeat_of = [], {}
+    for d in sweep_dirs:
+        for i, where in enumerate(repeat_dirs(d)):
+            for j in load_sweep(where):
+                jobs.append(j)
+                repeat_of[id(j)] = i
     done = [j for j in jobs if j["status"] == "finished"]
     unfinished = [
         f"{j['dir']}: {j['status']}" + (f" ({j['error'].splitlines()[0]})" if j["error"] else "")
         for j in jobs
         if j["status"] != "finished"
     ]
-    rows = [row(j["summary"]) for j in done]
+    rows = [{**row(j["summary"]), "repeat": repeat_of[id(j)]} for j in done]
     add_ratios(rows)
+    rows = combine(rows)
     rows.sort(key=_order(rows))
     summaries = [j["summary"] for j in done]
     nets = [s["environment"].get("netem") or {} for s in summaries]
@@ -370,16 +452,31 @@ def read(sweep_dirs: list[Path]) -> tuple[list[dict], str, list[str]]:
         + (f" at {rates} Mbit/s per link ({_values(r['topology'] for r in rows)})" if rates else "")
         + f", {_values(s['dataset'] for s in summaries)} {shapes}".rstrip()
         + f", B={_values(s['batch_size'] for s in summaries)}"
-        + f", {_values(s['steps'] for s in summaries)} steps; times are medians per step; bytes "
-        "per worker per step; vs_*: step time over that baseline's, same sweep"
+        + f", {_values(s['steps'] for s in summaries)} steps"
+        + (f", {len(set(repeat_of.values()))} repeats" if len(set(repeat_of.values())) > 1 else "")
+        + "; times are medians per step; bytes per worker per step; vs_*: step time over that "
+        "baseline's, same sweep"
     )
     return rows, header, unfinished
+
+
+#: A repeat's own sweep folder inside the bench's (``--repeats``): ``repeat-1``, ``repeat-2``...
+REPEAT = "repeat-"
+
+
+def repeat_dirs(sweep_dir: Path) -> list[Path]:
+    """The repeats' folders of a bench run with ``--repeats`` (in order), else the folder."""
+    found = sorted(
+        (p for p in Path(sweep_dir).glob(f"{REPEAT}*") if p.is_dir()),
+        key=lambda p: int(p.name[len(REPEAT) :]) if p.name[len(REPEAT) :].isdigit() else 0,
+    )
+    return found or [Path(sweep_dir)]
 
 
 def write(rows: list[dict], header: str, out: Path) -> str:
     """``bench.csv``, ``bench.md`` and ``bench.json`` into ``out``; the markdown."""
     with files.create(out / f"{TABLE_STEM}.csv", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     text = markdown(rows, header)
@@ -447,6 +544,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="[30]")
     p.add_argument("--batch-size", type=int, help="[240]")
     p.add_argument("--samples", type=int, help="synthetic training samples [4096]")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every sweep this many times, interleaved, each into repeat-<i>/; ratios get "
+        "a 95%% interval over the repeats [1]",
+    )
     p.add_argument("--out", type=Path, help="the sweep folder [bench/<date>_<time>]")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     return p
@@ -474,15 +578,21 @@ def main(argv: list[str] | None = None) -> int:
 
         n_workers = args.workers or compose_config(["experiment=bench"]).cluster.n_workers
         failed = 0
-        for sweep in sweeps(args, n_workers):
-            code = run_sweep(sweep, out)
-            if code:
-                failed = code
-                print(
-                    f"error: {sweep[0]} ended with status {code}; its log: "
-                    f"{out / sweep[0].split('=')[1]}.log",
-                    file=sys.stderr,
-                )
+        if args.repeats < 1:
+            print(f"error: --repeats {args.repeats}: give 1 or more", file=sys.stderr)
+            return 2
+        for i in range(1, args.repeats + 1):  # interleaved: all of repeat 1, then 2...
+            where = out / f"{REPEAT}{i}" if args.repeats > 1 else out
+            where.mkdir(parents=True, exist_ok=True)
+            for sweep in sweeps(args, n_workers):
+                code = run_sweep(sweep, where)
+                if code:
+                    failed = code
+                    print(
+                        f"error: {sweep[0]} ended with status {code}; its log: "
+                        f"{where / sweep[0].split('=')[1]}.log",
+                        file=sys.stderr,
+                    )
     rows, header, unfinished = read(args.read or [out])
     for line in unfinished:
         print(f"note: did not finish: {line}", file=sys.stderr)

@@ -225,6 +225,11 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         stragglers=stragglers,
         straggler_grace=float(grace),
         straggle=straggle_cfg,
+        bucket_cap_mb=(
+            float(c["algorithm"]["bucket_cap_mb"])
+            if c["algorithm"].get("bucket_cap_mb") is not None
+            else None
+        ),
         extra={"notes": notes, "config": _as_given(c)},
     )
     try:

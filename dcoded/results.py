@@ -9,7 +9,14 @@ A Hydra multirun writes each job into a folder of the sweep directory: ``summary
 makes one row per job (the overrides that vary, time per step, bytes, accuracy) and
 :func:`write_sweep_table` writes it as ``results.csv`` and ``results.md`` into the sweep
 folder, which every multirun does when it ends (``hydra.callbacks`` in ``conf/config.yaml``).
-Notebooks, ``paper/`` and users read results through here. Nothing here imports torch or Dask.
+
+A sweep over seeds (``train.seed``: the initialisation and the sample order) is also read as
+groups: :func:`by_seed` groups the jobs by every override except the seed, :func:`seed_table`
+gives each group's mean, standard deviation and 95% interval (``results_by_seed.md``, written
+beside ``results.md`` when the seed varies), and :func:`paired` the difference of two groups
+paired by seed. :func:`time_to_accuracy` reads a run's history for the first evaluation at a
+target accuracy. Notebooks, ``paper/`` and users read results through here. Nothing here
+imports torch or Dask.
 """
 
 from __future__ import annotations
@@ -48,6 +55,13 @@ MEASURED = (
 
 #: The column that says which runs ended with the same parameters, bit for bit.
 SHA = "param_sha256"
+#: The override that names a repeat of the same run (:func:`by_seed`), and its table's stem.
+SEED = "train.seed"
+SEED_STEM = "results_by_seed"
+#: What :func:`seed_table` gives for each group: these columns of :data:`MEASURED`.
+SEED_MEASURED = ("step_ms", "total_s", "test_accuracy")
+#: The confidence of every interval here.
+CONFIDENCE = 0.95
 
 
 def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
@@ -186,6 +200,125 @@ def sweep_table(jobs: Sequence[Mapping]) -> tuple[list[dict], list[str]]:
     return rows, columns
 
 
+def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict:
+    """``{"n", "mean", "std", "lo", "hi"}``: the mean of ``values``, their standard deviation
+    (``n - 1`` in the denominator) and Student's t interval of the mean at ``confidence``;
+    ``std``, ``lo`` and ``hi`` are ``None`` for fewer than two values.
+
+    >>> iv = interval([1.0, 2.0, 3.0])
+    >>> iv["mean"], iv["std"], round(iv["lo"], 3), round(iv["hi"], 3)
+    (2.0, 1.0, -0.484, 4.484)
+    >>> interval([5.0])["lo"] is None
+    True
+    """
+    from scipy import stats
+
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if not n:
+        return {"n": 0, "mean": None, "std": None, "lo": None, "hi": None}
+    mean = sum(xs) / n
+    if n < 2:
+        return {"n": n, "mean": mean, "std": None, "lo": None, "hi": None}
+    std = (sum((x - mean) ** 2 for x in xs) / (n - 1)) ** 0.5
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / n**0.5
+    return {"n": n, "mean": mean, "std": std, "lo": mean - half, "hi": mean + half}
+
+
+def by_seed(jobs: Sequence[Mapping], seed: str = SEED) -> list[dict]:
+    """The finished jobs grouped by every override but ``seed``, in the order first seen:
+    ``{"overrides", "seeds", "jobs"}`` per group, ``overrides`` holding the keys that vary
+    between groups.
+
+    >>> jobs = [{"overrides": {"algorithm": a, "train.seed": s}, "status": "finished"}
+    ...         for s in (0, 1) for a in ("ssgd", "cdc")]
+    >>> [(g["overrides"], g["seeds"]) for g in by_seed(jobs)]
+    [({'algorithm': 'ssgd'}, [0, 1]), ({'algorithm': 'cdc'}, [0, 1])]
+    """
+    done = [j for j in jobs if j["status"] == "finished"]
+    keys = [k for k in varying(done) if k != seed]
+    groups: dict[tuple, dict] = {}
+    for j in done:
+        o = j["overrides"]
+        key = tuple(repr(o.get(k)) for k in keys)
+        g = groups.setdefault(
+            key, {"overrides": {k: o.get(k) for k in keys}, "seeds": [], "jobs": []}
+        )
+        g["seeds"].append(o.get(seed))
+        g["jobs"].append(j)
+    return list(groups.values())
+
+
+def measured(job: Mapping, name: str):
+    """One :data:`MEASURED` column of a job (``step_ms``, ``test_accuracy``...), scaled."""
+    path, scale = next((p, sc) for n, p, sc in MEASURED if n == name)
+    value = _get(job.get("summary"), path)
+    return value * scale if isinstance(value, int | float) else None
+
+
+def seed_table(jobs: Sequence[Mapping], seed: str = SEED) -> tuple[list[dict], list[str]]:
+    """``(rows, columns)``: one row per :func:`by_seed` group, its number of seeds and, for
+    each of :data:`SEED_MEASURED`, the mean, the standard deviation across seeds and the 95%
+    interval of the mean (``_mean``, ``_std``, ``_lo``, ``_hi``).
+
+    >>> jobs = [{"overrides": {"algorithm": g, "train.seed": s}, "status": "finished",
+    ...          "summary": {"final": {"test_accuracy": a}}}
+    ...         for g in ("ssgd", "cdc") for s, a in enumerate([.8, .9])]
+    >>> rows, columns = seed_table(jobs)
+    >>> columns[:3], rows[1]["algorithm"], rows[1]["n"], round(rows[1]["test_accuracy_mean"], 3)
+    (['algorithm', 'n', 'seeds'], 'cdc', 2, 0.85)
+    """
+    groups = by_seed(jobs, seed)
+    keys = list(groups[0]["overrides"]) if groups else []
+    stats = [f"{m}_{s}" for m in SEED_MEASURED for s in ("mean", "std", "lo", "hi")]
+    rows = []
+    for g in groups:
+        row = {**g["overrides"], "n": len(g["jobs"]), "seeds": ",".join(map(str, g["seeds"]))}
+        for m in SEED_MEASURED:
+            values = [v for v in (measured(j, m) for j in g["jobs"]) if v is not None]
+            iv = interval(values)
+            row.update({f"{m}_{s}": iv[s] for s in ("mean", "std", "lo", "hi")})
+        rows.append(row)
+    return rows, [*keys, "n", "seeds", *stats]
+
+
+def paired(a: Mapping, b: Mapping) -> dict:
+    """``a - b`` paired by seed: two ``{seed: value}`` maps, the seeds both have;
+    :func:`interval` of the differences plus ``seeds``.
+
+    >>> d = paired({0: 0.80, 1: 0.75, 2: 0.70}, {0: 0.79, 1: 0.74, 2: 0.71})
+    >>> d["seeds"], round(d["mean"], 4)
+    ([0, 1, 2], 0.0033)
+    """
+    seeds = [s for s in a if s in b and a[s] is not None and b[s] is not None]
+    return {**interval([a[s] - b[s] for s in seeds]), "seeds": seeds}
+
+
+def time_to_accuracy(history: Sequence[Mapping], target: float) -> dict | None:
+    """The first evaluation of a run's history (:func:`read_history`) at ``target`` test
+    accuracy or above: ``{"wall_s", "step", "test_accuracy"}`` (``step`` counts from 1), or
+    ``None`` if the run never reached it. ``wall_s`` is the training loop's, evaluation
+    paused out of it.
+
+    >>> h = [{"step": "4", "wall_s": "1.5", "test_accuracy": "0.5"},
+    ...      {"step": "5", "wall_s": "1.9", "test_accuracy": ""},
+    ...      {"step": "9", "wall_s": "3.0", "test_accuracy": "0.71"}]
+    >>> time_to_accuracy(h, 0.7)
+    {'wall_s': 3.0, 'step': 10, 'test_accuracy': 0.71}
+    >>> time_to_accuracy(h, 0.9) is None
+    True
+    """
+    for h in history:
+        acc = h.get("test_accuracy")
+        if acc not in (None, "") and float(acc) >= target:
+            return {
+                "wall_s": float(h["wall_s"]),
+                "step": int(h["step"]) + 1,
+                "test_accuracy": float(acc),
+            }
+    return None
+
+
 def _cell(value) -> str:
     if value is None:
         return "-"
@@ -220,7 +353,38 @@ def write_sweep_table(sweep_dir: str | Path) -> list[dict]:
         writer.writeheader()
         writer.writerows(rows)
     files.write_text(sweep_dir / f"{TABLE_STEM}.md", table_text(sweep_dir, rows, columns))
+    jobs = load_sweep(sweep_dir)
+    if SEED in varying(jobs):
+        seeded, seed_columns = seed_table(jobs)
+        with files.create(sweep_dir / f"{SEED_STEM}.csv", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=seed_columns)
+            writer.writeheader()
+            writer.writerows(seeded)
+        files.write_text(sweep_dir / f"{SEED_STEM}.md", seed_text(sweep_dir, seeded, seed_columns))
     return rows
+
+
+def seed_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> str:
+    """``results_by_seed.md``: the groups of :func:`seed_table`, mean ± std and interval."""
+    keys = columns[: columns.index("n")]
+    shown = [*keys, "n", *(f"{m}" for m in SEED_MEASURED)]
+    lines = []
+    for r in rows:
+        out = {k: r.get(k) for k in (*keys, "n")}
+        for m in SEED_MEASURED:
+            mean, std, lo, hi = (r.get(f"{m}_{s}") for s in ("mean", "std", "lo", "hi"))
+            out[m] = (
+                None
+                if mean is None
+                else f"{mean:.4g}"
+                + (f" ± {std:.2g} [{lo:.4g}, {hi:.4g}]" if std is not None else "")
+            )
+        lines.append(out)
+    return (
+        f"Sweep {where} by seed ({SEED}): {len(rows)} groups of the same overrides; mean ± "
+        f"standard deviation across seeds [{100 * CONFIDENCE:.0f}% interval of the mean].\n\n"
+        + markdown(lines, shown)
+    )
 
 
 def table_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> str:
@@ -252,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             rows = write_sweep_table(where)
             print((where / f"{TABLE_STEM}.md").read_text(), end="")
+            if (where / f"{SEED_STEM}.md").exists():
+                print("\n" + (where / f"{SEED_STEM}.md").read_text(), end="")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -174,6 +174,9 @@ INTERNAL = ("cluster.wire", "cluster.namespaces", "cluster.netem", "cluster.give
 #: Every setting, as the config spells it. ``model.hidden`` is per model (:data:`BY_MODEL`).
 SETTINGS: dict[str, Setting] = {
     "algorithm.name": choice(*ALGORITHMS),
+    "algorithm.bucket_cap_mb": number(
+        0, above=True, unit="MiB", null="torch's default: 25 MiB, its first bucket 1 MiB"
+    ),
     "progress": flag(),
     # train
     "train.steps": integer(1, null="train.epochs counts them"),
@@ -210,6 +213,7 @@ SETTINGS: dict[str, Setting] = {
     "dataset.n_samples": integer(1, MAX_SAMPLES),
     "dataset.n_test": integer(0, MAX_SAMPLES),
     "dataset.seed": integer(0, 2**32 - 1),
+    "dataset.validation": number(0, below=1, unit="a fraction of the training samples"),
     # cluster
     "cluster.kind": choice("local", "address", "netem"),
     "cluster.address": Setting("the scheduler's address, such as tcp://HOST:8786", text().test),

@@ -11,10 +11,14 @@ OUTPUT = PAPER  # stage 2 writes figures/, tables/ and REPORT.md here
 
 #: The experiments in the order stage 1 runs them, with what each rebuilds.
 EXPERIMENTS = {
-    "paper_time": "Table 1: training time of ssgd, asgd and ddp",
+    "paper_tuning": "the learning-rate grid of every algorithm, on a held-out split",
+    "paper_tuning_asgd": "the same grid for asgd without momentum",
+    "paper_time": "Table 1: training time of ssgd, asgd and ddp, three seeds",
+    "paper_time_ddp": "Table 1: DDP with buckets small enough to overlap its backward pass",
     "paper_phases": "Table 1 (cdc at every r) and Figure 3: time per step by phase",
     "paper_loads": "Figure 2: communication per worker against r",
-    "paper_accuracy": "Figure 4: test accuracy against wall time",
+    "paper_accuracy": "Figure 4 and Table 1b: accuracy against wall time, five seeds",
+    "paper_accuracy_digits": "Figure 4 on the bundled handwritten digits, five seeds",
     "paper_bandwidth": "Figure 5: the best r against the links' rate",
     "paper_topology": "Figure 6: cdc on a switch, a bus and racks, over TCP and as multicast",
     "paper_topology_base": "Figure 6: DDP and the parameter server on each topology",
@@ -28,6 +32,25 @@ EXPERIMENTS = {
     "paper_scaling_bus": "Figure 9: cdc as multicast on a bus at K = 4..16",
     "paper_scaling_bus_base": "Figure 9: DDP on the same bus",
 }
+
+#: The studies beyond the paper (Figures 6 to 10), each longer than the paper's own results:
+#: ``make paper`` runs the rest, ``make paper BEYOND=1`` (``paper.sweep --beyond``) these too.
+BEYOND = {
+    "paper_topology",
+    "paper_topology_base",
+    "paper_stragglers",
+    "paper_stragglers_base",
+    "paper_scaling",
+    "paper_scaling_groups",
+    "paper_scaling_base",
+    "paper_scaling_racks",
+    "paper_scaling_racks_base",
+    "paper_scaling_bus",
+    "paper_scaling_bus_base",
+}
+
+#: Experiments that train on data of their own: ``--mnist`` does not replace it.
+OWN_DATA = {"paper_accuracy_digits"}
 
 #: Experiments that need the emulated network to mean anything (they sweep its rate).
 NEEDS_NETEM = {

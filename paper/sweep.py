@@ -1,8 +1,12 @@
 """Stage 1: run every experiment's sweep (a Hydra multirun), caching the results.
 
     python -m paper.sweep [--size small|full] [--mnist DIR] [--cluster auto|netem|local]
-                          [--only EXPERIMENT ...] [--force | --reuse-stale | --check]
-                          [-- OVERRIDE ...]
+                          [--beyond] [--only EXPERIMENT ...]
+                          [--force | --reuse-stale | --check] [-- OVERRIDE ...]
+
+Without ``--beyond`` (``make paper BEYOND=1``) the studies beyond the paper (Figures 6 to 10,
+``paths.BEYOND``) are left out: the paper's own tables and figures take well under an hour
+on two cores, those studies two more.
 
 Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
 experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. The cache is keyed on
@@ -14,7 +18,9 @@ warning with ``--reuse-stale``. A sweep that did not finish is moved aside to
 nothing and says, per experiment, fresh, stale (why), missing or incomplete.
 
 Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
-MNIST-sized synthetic data otherwise. Cluster: the emulated network when this machine can build
+MNIST-sized synthetic data otherwise (``paper_accuracy_digits`` keeps its digits). The accuracy
+sweeps run at each algorithm's learning rate picked by the tuning sweeps (:mod:`paper.tuning`),
+which run before them. Cluster: the emulated network when this machine can build
 it (root and iproute2), else ``cluster=local`` with a note, and the experiments that sweep the
 links' rate are skipped. Everything after ``--`` goes to every multirun as more overrides;
 ``EXPERIMENT:KEY=VALUE`` goes to that experiment's only.
@@ -35,8 +41,9 @@ from pathlib import Path
 
 from dcoded import files
 from dcoded.coding.helptext import help_text
-from paper import cache, paths
+from paper import cache, paths, tuning
 from paper.cache import COMPLETE, SKIPPED
+from paper.results import MissingResults
 
 
 def _now() -> str:
@@ -203,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mnist", default=None, help="a folder with the four MNIST IDX files")
     parser.add_argument("--cluster", choices=["auto", "netem", "local"], default="auto")
     parser.add_argument("--only", nargs="+", choices=list(paths.EXPERIMENTS), default=None)
+    parser.add_argument(
+        "--beyond", action="store_true", help="also the studies beyond the paper (Figures 6-10)"
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--force", action="store_true", help="run finished sweeps again")
     what.add_argument(
@@ -229,14 +239,25 @@ def main(argv: list[str] | None = None) -> int:
     if cluster_note:
         print(f"note: {cluster_note}; running on cluster=local", file=sys.stderr)
     print(f"data: {data_note}", file=sys.stderr)
-    for experiment in args.only or list(paths.EXPERIMENTS):
+    chosen = args.only or [e for e in paths.EXPERIMENTS if args.beyond or e not in paths.BEYOND]
+    for experiment in chosen:
         dest = paths.sweep_dir(args.results, args.size, experiment)
         if cluster != "netem" and experiment in paths.NEEDS_NETEM:
             _needs_netem(dest, experiment, cluster_note, args.check)
             continue
-        overrides = sweep_overrides(
-            args.size, cluster, data_overrides, shared, only_for.get(experiment, [])
-        )
+        own = only_for.get(experiment, [])
+        if experiment in tuning.TUNED:
+            try:
+                own = tuning.overrides(tuning.picks(args.results, args.size)) + own
+            except MissingResults as e:
+                if args.check:
+                    print(f"{experiment}: missing (its rates come from the tuning sweeps: {e})")
+                    continue
+                raise SystemExit(
+                    f"error: {experiment} runs at the rates the tuning sweeps pick: {e}"
+                ) from None
+        data = [] if experiment in paths.OWN_DATA else data_overrides
+        overrides = sweep_overrides(args.size, cluster, data, shared, own)
         now = _plan(experiment, overrides, code)
         status, why = state(dest, now)
         if args.check:

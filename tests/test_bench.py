@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import statistics
 
 import pytest
 import yaml
@@ -134,11 +135,44 @@ def test_reading_a_sweep_prints_and_writes_the_table(sweep, capsys):
     shown = out.splitlines()[2].strip("| ").split(" | ")  # md: those with a value somewhere
     assert shown == [c for c in bench.SHOWN if any(r[c] is not None for r in rows)]
     assert "s" not in shown and "transport.overlap=true" in out
-    assert "| switch | dnn | cdc | 2 | coded | direct | none | 20 | 1 | 2 | 4 |" in out
+    assert "| switch | dnn | cdc | 2 | coded | direct | none | 1 | 20 | 1 | 2 | 4 |" in out
     assert "did not finish" in err and "worker lost" in err
     with open(sweep / "bench.csv") as f:
         assert [r["step_ms"] for r in csv.DictReader(f)][:3] == ["10.0", "5.0", "20.0"]
     assert bench.main(["--read", str(sweep / "nothing")]) == 2
+
+
+def test_repeats_are_read_as_one_row_with_an_interval_for_each_ratio(tmp_path, capsys):
+    """--repeats N writes repeat-1..N; each ratio is over the baseline of its own repeat, and
+    the row gets the mean ratio with Student's t interval over the repeats."""
+    times = [(0.020, 0.010), (0.024, 0.010), (0.018, 0.010)]  # cdc, ddp per repeat
+    for i, (cdc, ddp) in enumerate(times, 1):
+        where = tmp_path / f"repeat-{i}"
+        write_job(where, "0-cdc", ["algorithm=cdc"], summary("cdc", cdc, r=2, transport="direct"))
+        write_job(where, "1-ddp", ["algorithm=ddp"], summary("ddp", ddp))
+    assert bench.main(["--read", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    cdc = next(r for r in rows if r["algorithm"] == "cdc")
+    ratios = [c / d for c, d in times]
+    mean = sum(ratios) / 3
+    half = 4.302653 * statistics.stdev(ratios) / 3**0.5  # t(0.975, 2)
+    assert cdc["repeats"] == 3 and cdc["step_ms"] == 20.0  # the median step over repeats
+    assert cdc["vs_ddp"] == round(mean, 3)
+    assert cdc["vs_ddp_lo"] == pytest.approx(mean - half, abs=1e-3)
+    assert cdc["vs_ddp_hi"] == pytest.approx(mean + half, abs=1e-3)
+    out = capsys.readouterr().out
+    assert f"{round(mean, 3):g} [{round(mean - half, 3):g}, {round(mean + half, 3):g}]" in out
+    assert "3 repeats" in out
+
+
+def test_the_repeats_flag_interleaves_the_sweeps(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench, "run_sweep", lambda sweep, out: ran.append((sweep[0], out.name)))
+    bench.main(["--repeats", "2", "--out", str(tmp_path / "b"), "--cluster", "local"])
+    names = [n for _, n in ran]
+    assert names == sorted(names) and set(names) == {"repeat-1", "repeat-2"}
+    assert [s for s, n in ran if n == "repeat-1"] == [s for s, n in ran if n == "repeat-2"]
+    assert bench.main(["--repeats", "0", "--out", str(tmp_path / "c")]) == 2
 
 
 def args(*flags):

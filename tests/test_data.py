@@ -679,3 +679,24 @@ def test_synthetic_bad_config(key, value, match):
     for fn in (check_dataset, load_dataset):
         with pytest.raises(DatasetError, match=match):
             fn(cfg)
+
+
+def test_a_validation_split_holds_out_training_samples_and_never_the_test_set():
+    """dataset.validation: the same held-out samples whatever the seed, disjoint from the
+    samples trained on; the test set is not evaluated at all."""
+    import numpy as np
+
+    from dcoded.data import load_dataset
+    from dcoded.errors import DatasetError
+
+    cfg = {"name": "digits", "path": None}
+    full, held = load_dataset(cfg), load_dataset({**cfg, "validation": 0.2})
+    assert len(held.y_test) == round(0.2 * len(full.y_train))
+    assert len(held.y_train) + len(held.y_test) == len(full.y_train)
+    rows = {r.tobytes() for r in full.x_train}
+    assert all(r.tobytes() in rows for r in held.x_test)  # from the training samples
+    assert not {r.tobytes() for r in held.x_train} & {r.tobytes() for r in held.x_test}
+    again = load_dataset({**cfg, "validation": 0.2})
+    assert np.array_equal(again.x_test, held.x_test)
+    with pytest.raises(DatasetError, match="at least one sample"):
+        load_dataset({**cfg, "validation": 1e-6})

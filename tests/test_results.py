@@ -171,3 +171,49 @@ def test_write_sweep_table_returns_what_it_wrote(tmp_path):
     with open(tmp_path / "results.csv") as f:
         written = list(csv.DictReader(f))
     assert [float(r["step_ms"]) for r in written] == [r["step_ms"] for r in rows] == [100, 300]
+
+
+def test_a_seed_sweep_is_grouped_by_every_other_override_with_its_spread(tmp_path):
+    """results_by_seed: per group of the same overrides but the seed, the mean, the standard
+    deviation (n - 1) and the t interval of the mean, checked against numpy and scipy."""
+    import numpy as np
+    from scipy import stats
+
+    from dcoded.results import SEED_STEM, paired
+
+    acc = {"ssgd": [0.80, 0.84, 0.79, 0.83, 0.81], "cdc": [0.81, 0.83, 0.80, 0.84, 0.80]}
+    num = 0
+    for seed in range(5):  # seeds outermost, as the paper's sweeps run them
+        for algorithm in ("ssgd", "cdc"):
+            _job(
+                tmp_path,
+                num,
+                [f"train.seed={seed}", f"algorithm={algorithm}"],
+                _summary(0.01 * (seed + 1), acc[algorithm][seed]),
+            )
+            num += 1
+    write_sweep_table(tmp_path)
+    with open(tmp_path / f"{SEED_STEM}.csv") as f:
+        rows = {r["algorithm"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"ssgd", "cdc"} and rows["cdc"]["n"] == "5"
+    for algorithm, values in acc.items():
+        x = np.array(values)
+        half = stats.t.ppf(0.975, 4) * x.std(ddof=1) / np.sqrt(5)
+        r = rows[algorithm]
+        assert float(r["test_accuracy_mean"]) == pytest.approx(x.mean())
+        assert float(r["test_accuracy_std"]) == pytest.approx(x.std(ddof=1))
+        assert float(r["test_accuracy_lo"]) == pytest.approx(x.mean() - half)
+        assert float(r["test_accuracy_hi"]) == pytest.approx(x.mean() + half)
+    assert "± " in (tmp_path / f"{SEED_STEM}.md").read_text()
+    diff = paired(dict(enumerate(acc["cdc"])), dict(enumerate(acc["ssgd"])))
+    d = np.array(acc["cdc"]) - np.array(acc["ssgd"])
+    assert diff["mean"] == pytest.approx(d.mean()) and diff["std"] == pytest.approx(d.std(ddof=1))
+
+
+def test_a_sweep_without_seeds_writes_no_seed_table(tmp_path):
+    from dcoded.results import SEED_STEM
+
+    _job(tmp_path, 0, ["algorithm=ssgd"], _summary(0.01, 0.8))
+    _job(tmp_path, 1, ["algorithm=cdc"], _summary(0.01, 0.8))
+    write_sweep_table(tmp_path)
+    assert not (tmp_path / f"{SEED_STEM}.md").exists()

@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import numpy as np
 
 from dcoded.data import cifar, digits, idx, synthetic
 from dcoded.data.dataset import DATASET_NAMES, Dataset
 from dcoded.errors import DatasetError
 
-__all__ = ["READERS", "absolute_path", "check_dataset", "dataset_files", "load_dataset"]
+__all__ = [
+    "READERS",
+    "absolute_path",
+    "check_dataset",
+    "dataset_files",
+    "hold_out",
+    "load_dataset",
+]
+
+#: The seed of the permutation that picks the held-out samples (``dataset.validation``): one
+#: split for every ``train.seed``, so that a tuning sweep over seeds sees the same samples.
+VALIDATION_SEED = 20210401
 
 READERS: dict[str, ModuleType] = {
     "digits": digits,
@@ -102,7 +116,42 @@ def load_dataset(cfg: Mapping[str, Any]) -> Dataset:
     DatasetError
         If a setting is wrong or a file is missing or malformed.
     """
-    return READERS[_name(cfg)].load(cfg)
+    data = READERS[_name(cfg)].load(cfg)
+    fraction = cfg.get("validation") or 0
+    return hold_out(data, float(fraction)) if fraction else data
+
+
+def hold_out(data: Dataset, fraction: float) -> Dataset:
+    """The training samples split in two: ``fraction`` of them (picked by a permutation of
+    :data:`VALIDATION_SEED`) take the test set's place, the rest are trained on. The test
+    samples are left out altogether, so a learning rate tuned on this split never saw them
+    (``dataset.validation``; the summary's ``evaluated_on`` says which set was evaluated).
+
+    >>> from dcoded.data.dataset import Dataset
+    >>> x = np.arange(10, dtype=np.float32).reshape(10, 1, 1, 1)
+    >>> d = Dataset("toy", x, np.arange(10) % 2, x[:2].copy(), np.zeros(2, np.int64), 2)
+    >>> held = hold_out(d, 0.3)
+    >>> len(held.y_train), len(held.y_test)
+    (7, 3)
+    >>> sorted(np.concatenate([held.x_train, held.x_test]).ravel().tolist()) == list(range(10))
+    True
+    """
+    n = len(data.y_train)
+    k = round(fraction * n)
+    if not 0 < k < n:
+        raise DatasetError(
+            f"dataset.validation={fraction:g} of {n} training samples holds out {k}: it must "
+            "leave at least one sample on each side"
+        )
+    order = np.random.default_rng(VALIDATION_SEED).permutation(n)
+    keep, held = np.sort(order[k:]), np.sort(order[:k])
+    return replace(
+        data,
+        x_train=np.ascontiguousarray(data.x_train[keep]),
+        y_train=data.y_train[keep],
+        x_test=np.ascontiguousarray(data.x_train[held]),
+        y_test=data.y_train[held],
+    )
 
 
 def _name(cfg: Mapping[str, Any]) -> str:

@@ -144,7 +144,11 @@ class Group(_Closable):
         self.pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         backend = dist.ProcessGroupGloo(store, rank, self.size, options)
         self.pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
-        self.model = DistributedDataParallel(replica.model, process_group=self.pg)
+        # bucket_cap_mb=None is torch's default: 25 MiB buckets, the first one (the last
+        # gradients of the backward pass) 1 MiB; set, it caps the first bucket too
+        self.model = DistributedDataParallel(
+            replica.model, process_group=self.pg, bucket_cap_mb=spec.bucket_cap_mb
+        )
         # bytes all-reduced this step, and the all-reduce's window: first bucket launched,
         # last done
         self.reduced = [0, None, 0.0]

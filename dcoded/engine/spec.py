@@ -58,6 +58,7 @@ class RunSpec:
     straggler_grace: float = 1.0
     #: the ``straggle`` group, checked (:func:`dcoded.engine.straggle.check`)
     straggle: Mapping = field(default_factory=lambda: {"model": "none"})
+    bucket_cap_mb: float | None = None  # ddp: DistributedDataParallel's (None: torch's)
     extra: Mapping = field(default_factory=dict)
 
     @property
