@@ -24,11 +24,15 @@ from paper import (
     paths,
     report,
     table_time,
+    table_to_accuracy,
+    tuning,
 )
 from paper.results import MissingResults
 
 SCRIPTS = [
+    tuning,
     table_time,
+    table_to_accuracy,
     figure_loads,
     figure_phases,
     figure_accuracy,

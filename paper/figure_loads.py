@@ -40,6 +40,21 @@ COLUMNS = [
 BYTE_COLUMNS = COLUMNS[3:10]
 
 
+def sent(K: int, r: int, shuffle: str) -> float:
+    """What a worker sends per step in units of d, unicast: the shuffle and the all-gather of
+    θ, except at r = K, where every worker computes the whole batch and updates all of θ
+    itself, and nothing is sent (``load_table``'s ``allgather_uc`` counts the all-gather at
+    every r; the engine skips it there).
+
+    >>> sent(4, 2, "coded"), sent(4, 4, "coded")
+    (1.5, 0.0)
+    """
+    if r == K:
+        return 0.0
+    t = load_table(K)[r - 1]
+    return (t["coded_uc"] if shuffle == "coded" else t["uncoded_uc"]) + t["allgather_uc"]
+
+
 def compute(results: Path, size: str) -> list[dict]:
     """One row per run, in bytes and in units of ``d``; the baselines last."""
     cdc = load(results, size, "paper_loads")
@@ -50,9 +65,7 @@ def compute(results: Path, size: str) -> list[dict]:
         b, d = r["bytes_per_worker"], 4 * r["n_params"]
         theory = None
         if r["algorithm"] == "cdc":
-            t = load_table(r["n_workers"])[r["redundancy"] - 1]
-            shuffle = t["coded_uc"] if r["shuffle"] == "coded" else t["uncoded_uc"]
-            theory = shuffle + t["allgather_uc"]
+            theory = sent(r["n_workers"], r["redundancy"], r["shuffle"])
         rows.append(
             {
                 "run": r.label,
@@ -96,16 +109,10 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     table = load_table(K)
     r = [t["r"] for t in table]
     right.plot(
-        r,
-        [t["coded_uc"] + t["allgather_uc"] for t in table],
-        "o-",
-        label="theory: coded shuffle + all-gather",
+        r, [sent(K, x, "coded") for x in r], "o-", label="theory: coded shuffle + all-gather"
     )
     right.plot(
-        r,
-        [t["uncoded_uc"] + t["allgather_uc"] for t in table],
-        "s--",
-        label="theory: uncoded shuffle + all-gather",
+        r, [sent(K, x, "uncoded") for x in r], "s--", label="theory: uncoded shuffle + all-gather"
     )
     right.plot(*per_d(coded, "transport"), "kx", ms=9, label="moved by the transport (coded)")
     right.plot(*per_d(uncoded, "transport"), "k+", ms=11, label="moved (uncoded)")

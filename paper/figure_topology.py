@@ -23,6 +23,8 @@ COLUMNS = [
     "transport",
     "r",
     "step_ms",
+    "p25_ms",
+    "p75_ms",
     "vs_ddp",
     "shuffle_ms",
     "shuffle_bound_ms",
@@ -61,6 +63,8 @@ def compute(results: Path, size: str) -> list[dict]:
                 "transport": run.summary.get("transport") if cdc_run else None,
                 "r": run["redundancy"] if cdc_run else None,
                 "step_ms": 1e3 * t["step_median"],
+                "p25_ms": 1e3 * t["step_p25"] if t.get("step_p25") is not None else None,
+                "p75_ms": 1e3 * t["step_p75"] if t.get("step_p75") is not None else None,
                 "vs_ddp": t["step_median"] / ddp[where] if where in ddp else None,
                 "shuffle_ms": 1e3 * t["shuffle"],
                 "shuffle_bound_ms": 1e3 * limits["shuffle"],
@@ -78,7 +82,10 @@ def compute(results: Path, size: str) -> list[dict]:
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     rows = compute(results, size)
     plt = output.pyplot()
-    fig, axes = plt.subplots(1, len(TOPOLOGIES), figsize=(16, 4.5), sharey=False)
+    fig, axes = plt.subplots(
+        1, len(TOPOLOGIES), figsize=(16, 4.8), sharey=False, layout="constrained"
+    )
+    fig.suptitle("dnn, K = 4: time per step against r (dotted: its communication bound)")
     for ax, where in zip(axes, TOPOLOGIES, strict=True):
         mine = [x for x in rows if x["topology"] == where]
         for (shuffle, transport), (color, line, marker) in STYLES.items():
@@ -96,7 +103,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
             if x["algorithm"] in ("ddp", "ssgd"):
                 ax.axhline(x["step_ms"], color="k" if x["algorithm"] == "ddp" else "grey")
                 ax.annotate(x["algorithm"], (1, x["step_ms"]), va="bottom", fontsize=8)
-        ax.set_title(f"{where}: time per step (dotted: communication bound)")
+        ax.set_title(where)
         ax.set_xlabel("redundancy r")
         ax.set_ylabel("ms per step")
         ax.set_xticks(range(1, 5))

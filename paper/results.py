@@ -25,6 +25,8 @@ class MissingResults(RuntimeError):
 
 def label(summary: dict) -> str:
     """How tables and legends name a run: the algorithm, and cdc's r and shuffle."""
+    if summary["algorithm"] == "ddp" and summary.get("bucket_cap_mb"):
+        return f"ddp {summary['bucket_cap_mb']:g}MiB buckets"
     if summary["algorithm"] != "cdc":
         return summary["algorithm"]
     uncoded = " uncoded" if summary["shuffle"] == "uncoded" else ""
@@ -54,15 +56,25 @@ class Run:
         return read_history(self.dir)
 
 
+def seeded(runs: list[Run]) -> dict[tuple[str, str], dict[int, Run]]:
+    """The runs by ``(model, label)``, each ``{seed: run}``: the repeats of one configuration."""
+    out: dict[tuple[str, str], dict[int, Run]] = {}
+    for r in runs:
+        out.setdefault((r["model"], r.label), {})[r["seed"]] = r
+    return out
+
+
 def meta(results: Path, size: str, experiment: str) -> dict:
     """How the sweep was run (stage 1's record); :class:`MissingResults` if it has not finished."""
     where = paths.sweep_dir(results, size, experiment)
     f = where / COMPLETE
     if not f.exists():
-        raise MissingResults(
-            f"no finished sweep of {experiment} in {where}: run `python -m paper.sweep "
-            f"--size {size}` (or `make paper`) first"
+        how = (
+            f"`python -m paper.sweep --size {size} --beyond` (or `make paper BEYOND=1`)"
+            if experiment in paths.BEYOND
+            else f"`python -m paper.sweep --size {size}` (or `make paper`)"
         )
+        raise MissingResults(f"no finished sweep of {experiment} in {where}: run {how} first")
     record = json.loads(f.read_text())
     stale(results, size, experiment)
     return record

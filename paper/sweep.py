@@ -5,7 +5,7 @@
                           [--force | --reuse-stale | --check] [-- OVERRIDE ...]
 
 Without ``--beyond`` (``make paper BEYOND=1``) the studies beyond the paper (Figures 6 to 10,
-``paths.BEYOND``) are left out: the paper's own tables and figures take well under an hour
+``paths.BEYOND``) are left out: the paper's own tables and figures take about 47 minutes
 on two cores, those studies two more.
 
 Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
@@ -18,7 +18,8 @@ warning with ``--reuse-stale``. A sweep that did not finish is moved aside to
 nothing and says, per experiment, fresh, stale (why), missing or incomplete.
 
 Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
-MNIST-sized synthetic data otherwise (``paper_accuracy_digits`` keeps its digits). The accuracy
+MNIST-sized synthetic data otherwise (``paper_accuracy_digits`` keeps its digits, and takes no
+``dataset.*`` override given for every experiment). The accuracy
 sweeps run at each algorithm's learning rate picked by the tuning sweeps (:mod:`paper.tuning`),
 which run before them. Cluster: the emulated network when this machine can build
 it (root and iproute2), else ``cluster=local`` with a note, and the experiments that sweep the
@@ -44,6 +45,10 @@ from dcoded.coding.helptext import help_text
 from paper import cache, paths, tuning
 from paper.cache import COMPLETE, SKIPPED
 from paper.results import MissingResults
+
+#: A job folder named by its model, algorithm and seed: with the rates of every algorithm
+#: among its overrides, Hydra's default (every override) is longer than a file name may be.
+SHORT = "hydra.sweep.subdir=${hydra.job.num}-${model.name}-${algorithm.name}-seed${train.seed}"
 
 
 def _now() -> str:
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         own = only_for.get(experiment, [])
         if experiment in tuning.TUNED:
             try:
-                own = tuning.overrides(tuning.picks(args.results, args.size)) + own
+                own = [*tuning.overrides(tuning.picks(args.results, args.size)), SHORT, *own]
             except MissingResults as e:
                 if args.check:
                     print(f"{experiment}: missing (its rates come from the tuning sweeps: {e})")
@@ -256,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(
                     f"error: {experiment} runs at the rates the tuning sweeps pick: {e}"
                 ) from None
-        data = [] if experiment in paths.OWN_DATA else data_overrides
-        overrides = sweep_overrides(args.size, cluster, data, shared, own)
+        data, common = data_overrides, shared
+        if experiment in paths.OWN_DATA:  # its own dataset: none of the others' data settings
+            data = []
+            common = [o for o in shared if not o.lstrip("+~").startswith(("dataset.", "dataset="))]
+        overrides = sweep_overrides(args.size, cluster, data, common, own)
         now = _plan(experiment, overrides, code)
         status, why = state(dest, now)
         if args.check:

@@ -1,22 +1,29 @@
 """Table 1: training time of ssgd, asgd, ddp and cdc with coding in play, DNN and CNN.
 
-Reads ``paper_time`` (the baselines) and ``paper_phases`` (cdc at every r, same conditions).
-Training time is ``time_s.total``: the wall time of the training loop for the same samples
-(evaluation paused out of it). The reductions are ``100 (1 - cdc / baseline)``.
+Reads ``paper_time`` (the baselines), ``paper_time_ddp`` (DDP with smaller buckets) and
+``paper_phases`` (cdc at every r, same conditions), each run at three seeds, the seeds the
+outer loop of the sweep so that the repeats interleave. Training time is ``time_s.total``:
+the wall time of the training loop for the same samples (evaluation paused out of it); a
+configuration's time is its median over the seeds. The reductions are ``100 (1 - cdc /
+baseline)`` per seed (cdc and the baseline of the same seed, run minutes apart), their mean
+and Student's t 95% interval over the seeds (``*_lo``, ``*_hi``).
 
 The paper's claim is about coding, so its reductions are those of the fastest r with coding in
 play, ``1 < r < K`` (``coded_*``). Beside it, as what they are: r = 1, where no packet is coded
 (a plain reduce-scatter), and r = K, where every worker computes the whole batch and nothing is
-shuffled (``r1_*``, ``rK_*``).
+shuffled (``r1_*``, ``rK_*``). DDP is the fastest of its bucket sizes (``ddp_run``): at d ≈ 110 k
+its default buckets hold the whole gradient in one, which cannot overlap the backward pass.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
+from dcoded.results import interval
 from paper import output, paths
-from paper.results import Run, load
+from paper.results import Run, load, seeded
 
 #: The paper's reductions of training time by CDC-SSGD, percent (abstract of Li et al. 2021).
 PAPER_REDUCTION = {
@@ -27,22 +34,37 @@ PAPER_REDUCTION = {
 COLUMNS = [
     "model",
     "d",
+    "seeds",
     "ssgd_s",
     "asgd_s",
     "ddp_s",
+    "ddp_run",
     "coded_best_r",
     "coded_s",
     "less_than_ssgd_pct",
+    "less_than_ssgd_ci",
     "paper_less_than_ssgd_pct",
     "less_than_asgd_pct",
+    "less_than_asgd_ci",
     "paper_less_than_asgd_pct",
     "coded_over_ddp",
+    "coded_over_ddp_ci",
     "r1_s",
     "r1_less_than_ssgd_pct",
     "rK_s",
     "rK_less_than_ssgd_pct",
 ]
-RUN_COLUMNS = ["model", "run", "total_s", "step_ms", "less_than_ssgd_pct", "test_accuracy"]
+RUN_COLUMNS = [
+    "model",
+    "run",
+    "seed",
+    "total_s",
+    "step_ms",
+    "p25_ms",
+    "p75_ms",
+    "less_than_ssgd_pct",
+    "test_accuracy",
+]
 
 
 def reduction(new: float, old: float) -> float:
@@ -50,85 +72,162 @@ def reduction(new: float, old: float) -> float:
     return 100.0 * (1.0 - new / old)
 
 
+def ci(lo: float | None, hi: float | None, digits: int = 1) -> str | None:
+    """An interval as the tables print it: ``[lo, hi]``.
+
+    >>> ci(1.234, 5.678)
+    '[1.2, 5.7]'
+    """
+    return None if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def runs(results: Path, size: str) -> list[Run]:
-    return load(results, size, "paper_time") + load(results, size, "paper_phases")
+    return (
+        load(results, size, "paper_time")
+        + load(results, size, "paper_time_ddp")
+        + load(results, size, "paper_phases")
+    )
+
+
+def total(by_seed: dict[int, Run]) -> float:
+    """A configuration's training time: the median over its seeds."""
+    return statistics.median(r["time_s"]["total"] for r in by_seed.values())
+
+
+def compare(new: dict[int, Run], old: dict[int, Run], how: str = "pct") -> dict:
+    """``new`` against ``old`` paired by seed: :func:`dcoded.results.paired` of the per-seed
+    reductions (``pct``) or ratios (``ratio``)."""
+
+    def per_seed(f):
+        return {s: f(new[s]["time_s"]["total"], old[s]["time_s"]["total"]) for s in new if s in old}
+
+    values = per_seed(reduction if how == "pct" else (lambda a, b: a / b))
+    return {**interval(list(values.values())), "seeds": sorted(values)}
 
 
 def compute(results: Path, size: str) -> list[dict]:
     """One row per model: every baseline's time, cdc's at the fastest r with coding in play
-    (``None`` where no run has ``1 < r < K``), and cdc's at r = 1 and r = K."""
-    everything = runs(results, size)
+    (``None`` where no run has ``1 < r < K``), cdc's at r = 1 and r = K, the reductions with
+    their intervals over seeds; ``_stats`` keeps each comparison whole for the report."""
+    groups = seeded(runs(results, size))
     rows = []
-    for model in sorted({r["model"] for r in everything}, key=["dnn", "cnn"].index):
-        mine = [r for r in everything if r["model"] == model]
-        base = {r["algorithm"]: r["time_s"]["total"] for r in mine if r["algorithm"] != "cdc"}
-        cdc = {r["redundancy"]: r for r in mine if r["algorithm"] == "cdc"}
-        K = next(iter(cdc.values()))["n_workers"]
-        coded = [r for r in cdc.values() if 1 < r["redundancy"] < K]
-        best = min(coded, key=lambda r: r["time_s"]["total"]) if coded else None
-        t = best["time_s"]["total"] if best else None
+    for model in [m for m in ("dnn", "cnn") if any(k[0] == m for k in groups)]:
+        mine = {lab: g for (m, lab), g in groups.items() if m == model}
+        cdc = {
+            next(iter(g.values()))["redundancy"]: g
+            for lab, g in mine.items()
+            if lab.startswith("cdc")
+        }
+        K = next(iter(next(iter(cdc.values())).values()))["n_workers"]
+        ddps = {lab: g for lab, g in mine.items() if lab.startswith("ddp")}
+        ddp_run = min(ddps, key=lambda lab: total(ddps[lab])) if ddps else None
+        coded = {r: g for r, g in cdc.items() if 1 < r < K}
+        best = min(coded, key=lambda r: total(coded[r])) if coded else None
+        base = {a: mine[a] for a in ("ssgd", "asgd") if a in mine}
+        stats = {}
+        if best is not None:
+            for a, g in base.items():
+                stats[f"less_than_{a}"] = compare(coded[best], g)
+            if ddp_run:
+                stats["coded_over_ddp"] = compare(coded[best], ddps[ddp_run], "ratio")
+            for r in (1, K):
+                if r in cdc:  # is the uncoded end faster than the coded best? (> 0: yes)
+                    stats[f"r{'1' if r == 1 else 'K'}_ahead"] = compare(cdc[r], coded[best])
+        if "ssgd" in base:
+            for r in (1, K):
+                if r in cdc:
+                    stats[f"r{'1' if r == 1 else 'K'}_less_than_ssgd"] = compare(
+                        cdc[r], base["ssgd"]
+                    )
 
-        def less(new, old):
-            return reduction(new, old) if new is not None and old is not None else None
+        def mean(key, stats=stats):
+            return stats[key]["mean"] if key in stats else None
 
-        r1, rK = (cdc[r]["time_s"]["total"] if r in cdc else None for r in (1, K))
+        def interval_of(key, digits=1, stats=stats):
+            return ci(stats[key]["lo"], stats[key]["hi"], digits) if key in stats else None
+
+        first = next(iter(next(iter(mine.values())).values()))
         rows.append(
             {
                 "model": model,
-                "d": mine[0]["n_params"],
-                "ssgd_s": base.get("ssgd"),
-                "asgd_s": base.get("asgd"),
-                "ddp_s": base.get("ddp"),
-                "coded_best_r": best["redundancy"] if best else None,
-                "coded_s": t,
-                "less_than_ssgd_pct": less(t, base.get("ssgd")),
+                "d": first["n_params"],
+                "seeds": len(base.get("ssgd", {})) or len(next(iter(mine.values()))),
+                "ssgd_s": total(base["ssgd"]) if "ssgd" in base else None,
+                "asgd_s": total(base["asgd"]) if "asgd" in base else None,
+                "ddp_s": total(ddps[ddp_run]) if ddp_run else None,
+                "ddp_run": ddp_run,
+                "coded_best_r": best,
+                "coded_s": total(coded[best]) if best is not None else None,
+                "less_than_ssgd_pct": mean("less_than_ssgd"),
+                "less_than_ssgd_ci": interval_of("less_than_ssgd"),
                 "paper_less_than_ssgd_pct": PAPER_REDUCTION[model]["ssgd"],
-                "less_than_asgd_pct": less(t, base.get("asgd")),
+                "less_than_asgd_pct": mean("less_than_asgd"),
+                "less_than_asgd_ci": interval_of("less_than_asgd"),
                 "paper_less_than_asgd_pct": PAPER_REDUCTION[model]["asgd"],
-                "coded_over_ddp": t / base["ddp"] if t is not None and "ddp" in base else None,
-                "r1_s": r1,
-                "r1_less_than_ssgd_pct": less(r1, base.get("ssgd")),
-                "rK_s": rK,
-                "rK_less_than_ssgd_pct": less(rK, base.get("ssgd")),
+                "coded_over_ddp": mean("coded_over_ddp"),
+                "coded_over_ddp_ci": interval_of("coded_over_ddp", 2),
+                "r1_s": total(cdc[1]) if 1 in cdc else None,
+                "r1_less_than_ssgd_pct": mean("r1_less_than_ssgd"),
+                "rK_s": total(cdc[K]) if K in cdc else None,
+                "rK_less_than_ssgd_pct": mean("rK_less_than_ssgd"),
+                "K": K,
+                "ddps": {lab: total(g) for lab, g in ddps.items()},
+                "_stats": stats,
             }
         )
     return rows
 
 
 def every_run(results: Path, size: str) -> list[dict]:
-    """Every run of Table 1's two sweeps, with its time against ssgd's."""
+    """Every run of Table 1's sweeps, with its median step, the step's interquartile range
+    over the run's steps, and its time against ssgd's of the same seed."""
     everything = runs(results, size)
-    ssgd = {r["model"]: r["time_s"]["total"] for r in everything if r["algorithm"] == "ssgd"}
-    return [
-        {
-            "model": r["model"],
-            "run": r.label,
-            "total_s": r["time_s"]["total"],
-            "step_ms": 1e3 * r["time_s"]["step_median"],
-            "less_than_ssgd_pct": (
-                reduction(r["time_s"]["total"], ssgd[r["model"]]) if r["model"] in ssgd else None
-            ),
-            "test_accuracy": r["final"]["test_accuracy"],
-        }
+    ssgd = {
+        (r["model"], r["seed"]): r["time_s"]["total"]
         for r in everything
-    ]
+        if r["algorithm"] == "ssgd"
+    }
+    out = []
+    for r in everything:
+        t, ref = r["time_s"], ssgd.get((r["model"], r["seed"]))
+        out.append(
+            {
+                "model": r["model"],
+                "run": r.label,
+                "seed": r["seed"],
+                "total_s": t["total"],
+                "step_ms": 1e3 * t["step_median"],
+                "p25_ms": 1e3 * t["step_p25"] if t.get("step_p25") is not None else None,
+                "p75_ms": 1e3 * t["step_p75"] if t.get("step_p75") is not None else None,
+                "less_than_ssgd_pct": reduction(t["total"], ref) if ref else None,
+                "test_accuracy": r["final"]["test_accuracy"],
+            }
+        )
+    order = ["dnn", "cnn"]
+    out.sort(key=lambda x: (order.index(x["model"]) if x["model"] in order else 9, x["seed"]))
+    return out
 
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
-    steps = runs(results, size)[0]["steps"]
+    first = runs(results, size)[0]
+    rows = compute(results, size)
+    seeds = rows[0]["seeds"] if rows else 0
     output.write_table(
-        compute(results, size),
+        rows,
         COLUMNS,
         paths.tables(out) / "table1_training_time",
-        f"Table 1: training time (s) of {steps} steps, cdc at its fastest r with coding in play "
-        "(1 < r < K); reductions in percent, ours beside the paper's; r = 1 (nothing coded) and "
-        "r = K (nothing shuffled) beside it.",
+        f"Table 1: training time (s) of {first['steps']} steps, the median of {seeds} seeds; cdc "
+        "at its fastest r with coding in play (1 < r < K) against each baseline of the same "
+        "seed: mean reduction in percent [95% interval over the seeds], ours beside the "
+        "paper's; DDP the fastest of its bucket sizes; r = 1 (nothing coded) and r = K (nothing "
+        "shuffled) beside it.",
     )
     output.write_table(
         every_run(results, size),
         RUN_COLUMNS,
         paths.tables(out) / "table1_every_run",
-        f"Table 1, every run: training time (s) of {steps} steps and the median step (ms).",
+        f"Table 1, every run: training time (s) of {first['steps']} steps, the median step and "
+        "its interquartile range over the steps (ms).",
     )
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
 from paper import output, paths
 from paper.results import Run, load
 
@@ -26,9 +24,13 @@ COLUMNS = ["model", "algorithm", "momentum", "lr", "validation_accuracy", "picke
 
 
 def setting(run: Run) -> tuple[float, float]:
-    """``(lr, momentum)`` of a run, from the config Hydra saved for it."""
-    cfg = yaml.safe_load((run.dir / ".hydra" / "config.yaml").read_text())
-    return float(cfg["train"]["lr"]), float(cfg["optimizer"].get("momentum", 0.0))
+    """``(lr, momentum)`` of a run, from the config Hydra saved for it (interpolations, such
+    as the accuracy sweeps' ``${tuned...}``, resolved)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(run.dir / ".hydra" / "config.yaml")
+    momentum = OmegaConf.select(cfg, "optimizer.momentum", default=0.0)
+    return float(OmegaConf.select(cfg, "train.lr")), float(momentum)
 
 
 def runs(results: Path, size: str) -> list[Run]:

@@ -8,6 +8,7 @@ import csv
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from omegaconf import OmegaConf
 from dcoded.coding import load_table
 from dcoded.coding.loads import exchange_table
 from dcoded.config import build_spec, compose_config
-from paper import cache, paths, report, results, sweep, table_time
+from paper import cache, paths, report, results, sweep, table_time, tuning
 from paper.sweep import split_overrides
 from paper.table_time import reduction
 
@@ -100,18 +101,35 @@ def test_reductions_and_verdicts():
     assert report.verdict(50.0, 53.97).startswith("**holds**,")
     assert "smaller" in report.verdict(10.0, 53.97)
     assert "larger" in report.verdict(80.0, 26.89)
+    # with an interval over seeds, only what it supports
+    assert report.verdict(5.0, 26.89, -2.0, 12.0).startswith("**within noise**")
+    assert report.verdict(-5.0, 26.89, -9.0, -1.0).startswith("**does not hold here**")
+    assert report.verdict(50.0, 53.97, 45.0, 55.0).startswith("**holds**:")
+    assert "smaller" in report.verdict(10.0, 53.97, 8.0, 12.0)
 
 
-def _fake_sweep(results: Path, experiment: str, summaries: list[dict]) -> None:
-    """What stage 1 leaves: a finished sweep of these summaries, one job folder each."""
+def _fake_sweep(results: Path, experiment: str, summaries: list[dict], histories=None) -> None:
+    """What stage 1 leaves: a finished sweep of these summaries, one job folder each (with
+    its ``.hydra/config.yaml`` and, where given, its ``history.csv``)."""
     where = paths.sweep_dir(results, "small", experiment)
+    where.mkdir(parents=True, exist_ok=True)
     for num, summary in enumerate(summaries):
-        (where / f"{num}-job").mkdir(parents=True)
-        (where / f"{num}-job" / "summary.json").write_text(json.dumps(summary))
+        job = where / f"{num}-job"
+        (job / ".hydra").mkdir(parents=True)
+        (job / "summary.json").write_text(json.dumps(summary))
+        lr, momentum = summary.get("_lr", 0.05), summary.get("_momentum", 0.9)
+        (job / ".hydra" / "config.yaml").write_text(
+            f"train:\n  lr: {lr}\noptimizer:\n  momentum: {momentum}\n"
+        )
+        if histories is not None:
+            with open(job / "history.csv", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=["step", "wall_s", "test_accuracy"])
+                writer.writeheader()
+                writer.writerows(histories[num])
     (where / "complete.json").write_text(json.dumps({"jobs": len(summaries)}))
 
 
-def _timed(model: str, algorithm: str, total: float, r: int | None = None) -> dict:
+def _timed(model: str, algorithm: str, total: float, r: int | None = None, seed=0, **more) -> dict:
     """A summary with what Table 1 and its report read."""
     step = {"step_median": total / 40, "map": 0.01, "shuffle": 0.01, "params": 0.01}
     return {
@@ -121,38 +139,184 @@ def _timed(model: str, algorithm: str, total: float, r: int | None = None) -> di
         "shuffle": "coded" if r else None,
         "n_workers": 4,
         "n_params": 1000,
+        "seed": seed,
+        "dataset": "synthetic",
         "time_s": {"total": total, **step},
         "bytes_per_worker": {"unicast": 4000.0},
+        "final": {"test_accuracy": 0.5},
         "environment": {},
+        **more,
     }
+
+
+def _table1(tmp_path, baselines, cdc, jitter=(0.0,)):
+    """Table 1's three sweeps, one run per seed of each time times (1 + jitter[seed])."""
+    seeds = range(len(jitter))
+    _fake_sweep(
+        tmp_path,
+        "paper_time",
+        [
+            _timed(m, a, t * (1 + jitter[s]), seed=s)
+            for s in seeds
+            for m in ("dnn", "cnn")
+            for a, t in baselines
+        ],
+    )
+    _fake_sweep(
+        tmp_path,
+        "paper_time_ddp",
+        [_timed(m, "ddp", 25.0, seed=s, bucket_cap_mb=0.1) for s in seeds for m in ("dnn", "cnn")],
+    )
+    _fake_sweep(
+        tmp_path,
+        "paper_phases",
+        [
+            _timed(m, "cdc", t * (1 - jitter[s]), r, seed=s)
+            for s in seeds
+            for m in cdc
+            for r, t in enumerate(cdc[m], start=1)
+        ],
+    )
 
 
 def test_the_verdict_rests_on_coding_in_play_not_on_r_1_or_r_K(tmp_path):
     """REPORT.md said "holds, and the saving is larger than the paper's" where the fastest
     cdc was r = K = 4 (the DNN) or r = 1 (the CNN): runs where nothing is coded."""
     baselines = [("ssgd", 100.0), ("asgd", 90.0), ("ddp", 20.0)]
-    _fake_sweep(
-        tmp_path,
-        "paper_time",
-        [_timed(m, a, t) for m in ("dnn", "cnn") for a, t in baselines],
-    )
     cdc = {"dnn": [50.0, 80.0, 95.0, 30.0], "cnn": [60.0, 110.0, 120.0, 70.0]}  # r = 1..4
-    _fake_sweep(
-        tmp_path,
-        "paper_phases",
-        [_timed(m, "cdc", t, r) for m in cdc for r, t in enumerate(cdc[m], start=1)],
-    )
+    _table1(tmp_path, baselines, cdc)
     dnn, cnn = table_time.compute(tmp_path, "small")
     assert (dnn["coded_best_r"], dnn["coded_s"], cnn["coded_best_r"]) == (2, 80.0, 2)
     assert dnn["less_than_ssgd_pct"] == pytest.approx(20.0)
     assert (dnn["r1_s"], dnn["rK_s"]) == (50.0, 30.0)
+    assert (dnn["ddp_s"], dnn["ddp_run"]) == (20.0, "ddp")  # the faster of the two DDPs
     text = report.result_time(tmp_path, "small")
     dnn_part, cnn_part = text.split("**CNN**")
     assert "against SSGD: 20.0% less time here" in dnn_part
-    assert "holds in direction**, but the saving is smaller" in dnn_part
-    assert "r = 1 and r = 4 are faster than any coded r here" in dnn_part
+    assert "holds in direction, but the saving is smaller" in dnn_part
+    assert (
+        "**but not by coding**: r = 1 (37.5% less time than the coded best; one seed)" in dnn_part
+    )
+    assert (
+        "r = 1 and r = K = 4 are faster than any coded r here (one seed: no interval)" in dnn_part
+    )
     assert "against SSGD: 10.0% *more* time here" in cnn_part and "does not hold" in cnn_part
     assert "larger than the paper's" not in text
+
+
+def test_table_1_over_seeds_gives_intervals_and_says_within_noise(tmp_path):
+    """Three seeds: each reduction is the mean of the per-seed reductions with Student's t
+    interval (checked against scipy); a reduction whose interval holds 0 is within noise, and
+    a saving an uncoded end beats beyond noise is not coding's."""
+    import numpy as np
+    from scipy import stats
+
+    baselines = [("ssgd", 100.0), ("asgd", 52.0), ("ddp", 20.0)]
+    cdc = {"dnn": [40.0, 50.0, 95.0, 30.0], "cnn": [60.0, 50.0, 120.0, 70.0]}
+    jitter = (0.0, 0.03, -0.04)
+    _table1(tmp_path, baselines, cdc, jitter)
+    dnn, _ = table_time.compute(tmp_path, "small")
+    per_seed = [100 * (1 - 50 * (1 - j) / (100 * (1 + j))) for j in jitter]
+    half = stats.t.ppf(0.975, 2) * np.std(per_seed, ddof=1) / np.sqrt(3)
+    s = dnn["_stats"]["less_than_ssgd"]
+    assert s["mean"] == pytest.approx(np.mean(per_seed))
+    assert (s["lo"], s["hi"]) == pytest.approx((np.mean(per_seed) - half, np.mean(per_seed) + half))
+    assert dnn["less_than_ssgd_ci"] == f"[{s['lo']:.1f}, {s['hi']:.1f}]"
+    assert dnn["seeds"] == 3 and dnn["ssgd_s"] == 100.0  # the median over seeds
+    text = report.result_time(tmp_path, "small")
+    dnn_part, cnn_part = text.split("**CNN**")
+    asgd = _report_line(dnn_part, "- against ASGD:")
+    assert "**within noise**" in asgd  # 52 against 50 +- 4%: the interval holds 0
+    ssgd = _report_line(dnn_part, "- against SSGD:")
+    assert "**but not by coding**: r = 1" in ssgd and "**holds" not in ssgd  # r = 1 is 40
+    assert "**holds" in _report_line(cnn_part, "- against SSGD:")  # r = 1 is 60, slower
+
+
+def _accuracy_sweeps(tmp_path, finals: dict, curve_of=None):
+    """paper_accuracy at five seeds: ``finals[algorithm][seed]`` is the final accuracy, the
+    history rises linearly to it over 10 evaluations, the wall time per step ``speed``."""
+    speed = {"ssgd": 0.3, "asgd": 0.28, "ddp": 0.06, "cdc": 0.09}
+    summaries, histories = [], []
+    for seed in range(5):
+        for algorithm, by_seed in finals.items():
+            acc = by_seed[seed]
+            rows = [
+                {
+                    "step": 5 * k - 1,
+                    "wall_s": 5 * k * speed[algorithm],
+                    "test_accuracy": acc * k / 10,
+                }
+                for k in range(1, 11)
+            ]
+            extra = {"redundancy": 2, "shuffle": "coded"} if algorithm == "cdc" else {}
+            summaries.append(
+                {
+                    **_timed("dnn", algorithm, rows[-1]["wall_s"], seed=seed),
+                    **extra,
+                    "final": {"test_accuracy": acc},
+                }
+            )
+            histories.append(rows)
+    _fake_sweep(tmp_path, "paper_accuracy", summaries, histories)
+    _fake_sweep(tmp_path, "paper_accuracy_digits", [])
+
+
+def test_same_accuracy_is_judged_by_the_rule_and_each_sentence_is_its_table_row(tmp_path):
+    """Five seeds: cdc within a tenth of a point of ssgd at every seed is the same; asgd three
+    points below at every seed differs; ddp +-2 points at random is undecided. Every number in
+    each generated sentence is its row's, as the table prints it."""
+    from paper import figure_accuracy
+
+    ssgd = [0.80, 0.84, 0.79, 0.83, 0.81]
+    finals = {
+        "ssgd": ssgd,
+        "asgd": [a - 0.03 for a in ssgd],
+        "ddp": [a + d for a, d in zip(ssgd, [0.02, -0.02, 0.015, -0.01, 0.0], strict=True)],
+        "cdc": [a + d for a, d in zip(ssgd, [0.001, -0.001, 0.0, 0.0005, 0.0], strict=True)],
+    }
+    _accuracy_sweeps(tmp_path, finals)
+    rows = {r["run"]: r for r in figure_accuracy.compute(tmp_path, "small")}
+    assert rows["cdc r=2"]["same_as_ssgd"] == "same"
+    assert rows["asgd"]["same_as_ssgd"] == "differs"
+    assert rows["ddp"]["same_as_ssgd"] == "undecided"
+    assert rows["ssgd"]["accuracy_std"] == pytest.approx(statistics.stdev(ssgd))
+    text = report.result_accuracy(tmp_path, "small")
+    for run, row in rows.items():
+        if run == "ssgd":
+            continue
+        line = _report_line(text, f"- dnn on synthetic MNIST-sized: {run} ends")
+        assert line == report.accuracy_sentence(row, rows["ssgd"])
+        numbers = re.findall(r"[+-]?\d+\.\d{4}", line)
+        assert numbers[:3] == [
+            f"{row['test_accuracy']:.4f}",
+            f"{row['accuracy_std']:.4f}",
+            f"{row['minus_ssgd']:+.4f}",
+        ]
+        assert f"**{row['same_as_ssgd']}**" in line and row["minus_ssgd_ci"] in line
+    spread = _report_line(text, "- dnn on synthetic MNIST-sized: the seed-to-seed")
+    assert f"{statistics.stdev(ssgd):.4f} for ssgd" in spread
+
+
+def test_time_to_accuracy_is_the_first_evaluation_at_the_target_of_each_seed(tmp_path):
+    """The target is 95% of ssgd's final accuracy at the same seed; cdc's time to it and its
+    reduction against ssgd per seed, recomputed from the histories by hand."""
+    from paper import table_to_accuracy
+
+    ssgd = [0.80, 0.84, 0.79, 0.83, 0.81]
+    finals = {"ssgd": ssgd, "asgd": [0.5] * 5, "ddp": ssgd, "cdc": ssgd}
+    _accuracy_sweeps(tmp_path, finals)
+    rows = {r["run"]: r for r in table_to_accuracy.compute(tmp_path, "small")}
+    # linear rise to the final accuracy over 10 evaluations: 95% is first reached at the 10th
+    assert rows["ssgd"]["to_target_steps"] == 50 and rows["ssgd"]["to_target_s"] == 15.0
+    assert rows["cdc r=2"]["to_target_s"] == pytest.approx(50 * 0.09)
+    assert rows["asgd"]["reached"] == 0 and rows["asgd"]["to_target_s"] is None
+    assert rows["cdc r=2"]["less_than_ssgd_pct"] == pytest.approx(100 * (1 - 0.09 / 0.3))
+    assert rows["cdc r=2"]["less_than_asgd_pct"] is None  # asgd never reached it
+    assert rows["cdc r=2"]["over_ddp"] == pytest.approx(1.5)
+    text = report.result_to_accuracy(tmp_path, "small")
+    line = _report_line(text, "- dnn on synthetic MNIST-sized: cdc reaches")
+    assert f"in {50 * 0.09:.1f} s (5 of 5 seeds" in line
+    assert f"{100 * (1 - 0.09 / 0.3):.1f}% less time than SSGD to the target" in line
 
 
 def test_every_figure_drawn_is_embedded_once():
@@ -172,14 +336,22 @@ def _report_line(text: str, start: str, after: str = "") -> str:
 
 def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
     """REPORT.md's numbers, recomputed from independent sources: Table 1's reductions from
-    the seconds in the committed CSV, Figure 2's theory from ``load_table``, Figure 7's
-    sentence from ``exchange_table``."""
+    the seconds of every run in the committed CSV (the mean over seeds of each seed's),
+    Figure 2's theory from ``load_table``, Figure 7's sentence from ``exchange_table``."""
     text = paths.report(paths.OUTPUT).read_text()
+    every = _csv(paths.tables(paths.OUTPUT) / "table1_every_run.csv")
     for row in _csv(paths.tables(paths.OUTPUT) / "table1_training_time.csv"):
         if not row["coded_s"]:
             continue
+        mine = [r for r in every if r["model"] == row["model"]]
+
+        def of(run, mine=mine):
+            return {r["seed"]: float(r["total_s"]) for r in mine if r["run"] == run}
+
+        cdc = of(f"cdc r={row['coded_best_r']}")
         for base in ("ssgd", "asgd"):
-            ours = 100 * (1 - float(row["coded_s"]) / float(row[f"{base}_s"]))
+            times = of(base)
+            ours = statistics.mean(100 * (1 - cdc[s] / times[s]) for s in cdc)
             here = f"{ours:.1f}% less time" if ours >= 0 else f"{-ours:.1f}% *more* time"
             paper = float(row[f"paper_less_than_{base}_pct"])
             line = _report_line(text, f"- against {base.upper()}:", f"**{row['model'].upper()}**")
@@ -194,8 +366,10 @@ def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
     assert len(rows) == 2 * K
     for cells in rows:
         run = cells[0].removeprefix("| ")
-        t = table[int(run.split()[1].removeprefix("r=")) - 1]
+        r = int(run.split()[1].removeprefix("r="))
+        t = table[r - 1]
         theory = (t["uncoded_uc"] if "uncoded" in run else t["coded_uc"]) + t["allgather_uc"]
+        theory = 0.0 if r == K else theory  # at r = K every worker updates all of θ: no send
         assert float(cells[-1].removesuffix(" |")) == pytest.approx(theory, rel=5e-3), run
 
     five = next(row for row in exchange_table(8) if row["r"] == 5)
@@ -207,6 +381,62 @@ def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
     )
     assert f"groups of m + 1 = {five['hybrid_m'] + 1} and carries {hybrid:.1f}" in line
     assert f"{hybrid / coded:.2f}x CDC's and {hybrid / summed:.2f}x the summed" in line
+
+
+def test_the_committed_accuracy_sentences_are_their_tables_rows():
+    """Figure 4's and Table 1b's sentences in REPORT.md, each number from its row of the
+    committed CSV; Figure 3's all-gather of θ from the r < K rows of its table."""
+    text = paths.report(paths.OUTPUT).read_text()
+    rows = _csv(paths.tables(paths.OUTPUT) / "fig4_accuracy.csv")
+    for row in rows:
+        if row["run"] == "ssgd" or not row["minus_ssgd"]:
+            continue
+        ssgd = next(
+            r
+            for r in rows
+            if (r["data"], r["model"], r["run"]) == (row["data"], row["model"], "ssgd")
+        )
+        line = _report_line(text, f"- {row['model']} on {row['data']}: {row['run']} ends at")
+        assert line.startswith(
+            f"- {row['model']} on {row['data']}: {row['run']} ends at "
+            f"{float(row['test_accuracy']):.4f} ± {float(row['accuracy_std']):.4f} "
+            f"({row['seeds']} seeds), {float(row['minus_ssgd']):+.4f} from ssgd's "
+            f"{float(ssgd['test_accuracy']):.4f}"
+        ), line
+        assert f"{row['minus_ssgd_ci']}): **{row['same_as_ssgd']}**" in line, line
+        lo, hi = (float(x) for x in row["minus_ssgd_ci"].strip("[]").split(", "))
+        expected = (
+            "same"
+            if -0.01 <= lo and hi <= 0.01
+            else "differs"
+            if hi < -0.01 or lo > 0.01
+            else "undecided"
+        )
+        assert row["same_as_ssgd"] == expected
+    for row in _csv(paths.tables(paths.OUTPUT) / "table1b_time_to_accuracy.csv"):
+        if not row["run"].startswith("cdc") or not row["reached"] or row["reached"] == "0":
+            continue
+        line = _report_line(text, f"- {row['model']} on {row['data']}: cdc reaches")
+        assert (
+            f"cdc reaches {float(row['target']):.3f} in {float(row['to_target_s']):.1f} s "
+            f"({row['reached']} of {row['seeds']} seeds" in line
+        ), line
+        if row["less_than_ssgd_pct"]:
+            ours = float(row["less_than_ssgd_pct"])
+            here = f"{ours:.1f}%" if ours >= 0 else f"{-ours:.1f}% *more*"
+            assert f"; {here} less time than SSGD to the target" in line, line
+    phases = _csv(paths.tables(paths.OUTPUT) / "fig3_phases.csv")
+    for model in dict.fromkeys(r["model"] for r in phases):
+        seed = min(r["seed"] for r in phases if r["model"] == model)
+        mine = [r for r in phases if (r["model"], r["seed"]) == (model, seed)]
+        K = max(int(r["run"].split("=")[1]) for r in mine if r["run"].startswith("cdc r="))
+        gathered = [
+            float(r["params_ms"])
+            for r in mine
+            if r["run"].startswith("cdc r=") and int(r["run"].split("=")[1]) < K
+        ]
+        line = _report_line(text, f"- {model} (seed {seed}): from r = 1")
+        assert f"takes {min(gathered):.0f}–{max(gathered):.0f} ms at every r < K" in line, line
 
 
 def test_the_committed_scaling_section_agrees_with_figure_9s_table():
@@ -255,7 +485,9 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    assert text.count("not run") == 8  # one per section that reads results
+    reading = [title for title, experiments, *_ in report.SECTIONS if experiments]
+    assert len(reading) == 10
+    assert text.count("not run") == len(reading)  # one per section that reads results
 
 
 def test_a_bad_mnist_folder_fails_before_any_run(tmp_path):
@@ -274,6 +506,18 @@ SMALL = [
     "train.batch_size=24",
     "train.steps=4",
     "paper_accuracy:train.eval_every=2",
+    "paper_accuracy:train.seed=0,1",
+    "paper_accuracy_digits:train.eval_every=2",
+    "paper_accuracy_digits:train.seed=0,1",
+    "paper_accuracy_digits:train.steps=4",
+    "paper_tuning:algorithm=ssgd,cdc",
+    "paper_tuning:train.lr=0.05,0.1",
+    "paper_tuning_asgd:train.lr=0.05",
+    "paper_time:train.seed=0,1",
+    "paper_time_ddp:train.seed=0,1",
+    "paper_time_ddp:algorithm=ddp",  # first: the key is DDP's alone
+    "paper_time_ddp:algorithm.bucket_cap_mb=0.1",
+    "paper_phases:train.seed=0,1",
     "paper_phases:coding.redundancy=1,2",
     "paper_loads:coding.redundancy=1,2",
 ]
@@ -302,10 +546,14 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     small = results / "small"
     counts = {e: len(_summaries(small / e)) for e in paths.EXPERIMENTS}
     assert counts == {
-        "paper_time": 3,
-        "paper_phases": 2,
+        "paper_tuning": 4,
+        "paper_tuning_asgd": 1,
+        "paper_time": 6,
+        "paper_time_ddp": 2,
+        "paper_phases": 4,
         "paper_loads": 4,
-        "paper_accuracy": 4,
+        "paper_accuracy": 8,
+        "paper_accuracy_digits": 8,
         "paper_bandwidth": 0,
         "paper_topology": 0,
         "paper_topology_base": 0,
@@ -319,17 +567,32 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
         "paper_scaling_bus": 0,
         "paper_scaling_bus_base": 0,
     }
-    for netem_only in paths.NEEDS_NETEM:
+    for netem_only in paths.NEEDS_NETEM - paths.BEYOND:
         assert (small / netem_only / "skipped.json").exists()
+    for beyond in paths.BEYOND:  # make paper leaves them out unless BEYOND=1
+        assert not (small / beyond).exists()
     meta = json.loads((small / "paper_time" / "complete.json").read_text())
-    assert meta["cluster"] == "local" and meta["jobs"] == 3 and "synthetic" in meta["data"]
+    assert meta["cluster"] == "local" and meta["jobs"] == 6 and "synthetic" in meta["data"]
+    # the accuracy sweeps ran at the tuning sweeps' picks
+    picks = tuning.picks(results, "small")
+    accuracy = json.loads((small / "paper_accuracy" / "complete.json").read_text())
+    for o in tuning.overrides(picks):
+        assert o in accuracy["overrides"]
+    for job in (small / "paper_accuracy").glob("*-*/.hydra/config.yaml"):
+        cfg = OmegaConf.to_container(OmegaConf.load(job), resolve=True)
+        p = picks.get(("dnn", cfg["algorithm"]["name"]))
+        if p:
+            assert cfg["train"]["lr"] == p["lr"] and cfg["optimizer"]["momentum"] == p["momentum"]
+    digits = _summaries(small / "paper_accuracy_digits")
+    assert {s["dataset"] for s in digits} == {"digits"}
+    assert {s["evaluated_on"] for s in _summaries(small / "paper_tuning")} == {"validation"}
     assert meta["key"] == cache.plan("paper_time", meta["overrides"]).key
 
     # stage 1 again: every finished sweep is kept as it is
     stamp = {p: p.stat().st_mtime_ns for p in small.glob("*/*/summary.json")}
     again = _stage1(results)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("fresh (same job configs and code), kept") == 4
+    assert again.stdout.count("fresh (same job configs and code), kept") == 8
     assert {p: p.stat().st_mtime_ns for p in small.glob("*/*/summary.json")} == stamp
 
     before = {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file()}
@@ -341,22 +604,26 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     assert not (out / "figures" / "fig5_bandwidth.png").exists()
     assert not (out / "figures" / "fig6_topology.png").exists()
 
-    # Table 1 against the runs' own summaries
+    # Table 1 against the runs' own summaries: medians over the two seeds, reductions the
+    # mean of the per-seed ones
     runs = _summaries(small / "paper_time") + _summaries(small / "paper_phases")
-    ssgd = next(s for s in runs if s["algorithm"] == "ssgd")["time_s"]["total"]
-    asgd = next(s for s in runs if s["algorithm"] == "asgd")["time_s"]["total"]
-    by_r = {s["redundancy"]: s for s in runs if s["algorithm"] == "cdc"}
-    cdc = by_r[2]  # the only r with coding in play at K = 3 (r = 1 codes nothing)
+
+    def of(algorithm, r=None):
+        return {
+            s["seed"]: s["time_s"]["total"]
+            for s in runs
+            if s["algorithm"] == algorithm and s["redundancy"] == r
+        }
+
+    ssgd, asgd, cdc, r1 = of("ssgd"), of("asgd"), of("cdc", 2), of("cdc", 1)
     (row,) = _csv(out / "tables" / "table1_training_time.csv")
-    assert int(row["coded_best_r"]) == 2
-    assert float(row["coded_s"]) == cdc["time_s"]["total"]
-    assert float(row["r1_s"]) == by_r[1]["time_s"]["total"] and row["rK_s"] == ""
-    assert float(row["less_than_ssgd_pct"]) == pytest.approx(
-        100 * (ssgd - cdc["time_s"]["total"]) / ssgd
-    )
-    assert float(row["less_than_asgd_pct"]) == pytest.approx(
-        100 * (asgd - cdc["time_s"]["total"]) / asgd
-    )
+    assert int(row["coded_best_r"]) == 2  # the only r with coding in play at K = 3
+    assert float(row["coded_s"]) == pytest.approx(statistics.median(cdc.values()))
+    assert float(row["r1_s"]) == pytest.approx(statistics.median(r1.values()))
+    assert row["rK_s"] == "" and row["seeds"] == "2"
+    for base, times in (("ssgd", ssgd), ("asgd", asgd)):
+        per_seed = [100 * (1 - cdc[s] / times[s]) for s in (0, 1)]
+        assert float(row[f"less_than_{base}_pct"]) == pytest.approx(statistics.mean(per_seed))
 
     # Figure 2's table against the closed forms: the transport moved the shuffle plus the
     # all-gather
@@ -365,22 +632,33 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
             continue
         t = load_table(3)[int(r["r"]) - 1]
         shuffle = t["coded_uc"] if r["shuffle"] == "coded" else t["uncoded_uc"]
-        assert float(r["theory_sent_d"]) == pytest.approx(shuffle + t["allgather_uc"])
+        theory = 0.0 if int(r["r"]) == 3 else shuffle + t["allgather_uc"]  # r = K sends none
+        assert float(r["theory_sent_d"]) == pytest.approx(theory)
         assert float(r["moved_d"]) == pytest.approx(float(r["theory_sent_d"]), rel=0.01)
 
-    # Figure 4: the synchronous algorithms reach the same accuracy, as the report says
-    acc = {r["run"]: float(r["test_accuracy"]) for r in _csv(out / "tables" / "fig4_accuracy.csv")}
-    assert set(acc) == {"ssgd", "asgd", "ddp", "cdc r=2"}
-    assert abs(acc["cdc r=2"] - acc["ssgd"]) <= 0.01
+    # Figure 4: the synchronous algorithms reach the same accuracy on both data, by seed
+    rows = _csv(out / "tables" / "fig4_accuracy.csv")
+    assert {(r["data"], r["run"]) for r in rows} == {
+        (d, a)
+        for d in ("synthetic MNIST-sized", "digits")
+        for a in ("ssgd", "asgd", "ddp", "cdc r=2")
+    }
+    for r in rows:
+        assert r["seeds"] == "2"
+        if r["run"] == "cdc r=2":
+            assert abs(float(r["minus_ssgd"])) <= 0.01
+    assert (out / "tables" / "table1b_time_to_accuracy.csv").exists()
+    assert (small / "paper_accuracy" / "results_by_seed.md").exists()  # the sweep's own
 
     text = (out / "REPORT.md").read_text()
     assert "local Dask cluster" in text and "synthetic, MNIST-sized" in text
-    ours = 100 * (ssgd - cdc["time_s"]["total"]) / ssgd
+    ours = statistics.mean(100 * (1 - cdc[s] / ssgd[s]) for s in (0, 1))
     here = f"{ours:.1f}% less time" if ours >= 0 else f"{-ours:.1f}% *more* time"
     assert f"against SSGD: {here} here, 53.97% less in the paper" in text  # the DNN's figure
     assert "not run: `paper_bandwidth`" in text
-    assert f"- `paper_time`: commit `{meta['commit']}`, 3 jobs" in text
-    assert text.count("; fresh (same job configs and code)") == 4
+    assert "`make paper BEYOND=1` runs it" in text
+    assert f"- `paper_time`: commit `{meta['commit']}`, 6 jobs" in text
+    assert text.count("; fresh (same job configs and code)") == 8
     assert "coding in play: cdc at r = 2" in text
     assert text.count("](figures/fig3_phases.png)") == 1
 
@@ -398,15 +676,16 @@ def test_the_key_enumerates_the_jobs_as_hydra_does():
         assert mine == {frozenset(j) for j in sweep_jobs(experiment, "small")}, experiment
     jobs = cache.sweep_jobs("paper_phases", [*LOCAL, "coding.redundancy=1,2"])
     assert sorted(
-        (c["model"]["name"], c["coding"]["redundancy"], c["cluster"]["kind"]) for _, c in jobs
-    ) == sorted((m, r, "local") for m in ("dnn", "cnn") for r in (1, 2))
+        (c["train"]["seed"], c["model"]["name"], c["coding"]["redundancy"], c["cluster"]["kind"])
+        for _, c in jobs
+    ) == sorted((s, m, r, "local") for s in (0, 1, 2) for m in ("dnn", "cnn") for r in (1, 2))
     assert all("hydra" not in c for _, c in jobs)
 
 
 def test_the_key_is_stable_and_follows_overrides_and_code():
     a = cache.plan("paper_phases", LOCAL, code="c1")
     assert cache.plan("paper_phases", LOCAL, code="c1") == a  # composed again: the same
-    assert len(a.jobs) == 8 and len(set(a.jobs)) == 8
+    assert len(a.jobs) == 24 and len(set(a.jobs)) == 24  # 3 seeds, 2 models, r = 1..4
     steps = cache.plan("paper_phases", [*LOCAL, "train.steps=3"], code="c1")
     assert steps.key != a.key and steps.configs != a.configs
     assert "the same jobs compose to other configs" not in cache.stale_reason(
@@ -436,8 +715,8 @@ def test_the_key_follows_the_experiment_files(tmp_path):
     # a sweep param: one r fewer
     fewer = _conf_copy(tmp_path / "fewer", "paper_phases", "1,2,3,4", "1,2,3")
     b = cache.plan("paper_phases", LOCAL, config_dir=fewer, code="c")
-    assert len(b.jobs) == 6 and b.key != a.key
-    assert "configs changed: its jobs differ (8 -> 6 jobs, 2 no longer run, 0 new)" in (
+    assert len(b.jobs) == 18 and b.key != a.key  # 3 seeds, 2 models, r = 1..3
+    assert "configs changed: its jobs differ (24 -> 18 jobs, 6 no longer run, 0 new)" in (
         cache.stale_reason(a.record(), b)
     )
     # a value every job of paper_phases inherits from paper_time: the same jobs, other configs
@@ -541,7 +820,7 @@ def test_stage_1_reruns_a_stale_sweep_and_keeps_a_fresh_one(tmp_path, monkeypatc
     stage1()
     record = json.loads((where / cache.COMPLETE).read_text())
     assert record["key"] == cache.plan("paper_phases", LOCAL).key
-    assert record["commit"] == cache.commit() and len(record["job_overrides"]) == 8
+    assert record["commit"] == cache.commit() and len(record["job_overrides"]) == 24
     assert {"model=cnn", "coding.redundancy=4"} <= set(record["job_overrides"][-1])
     assert check() == "paper_phases: fresh"
     assert stage1() == [f"paper_phases: fresh (same job configs and code), kept ({where})"]
@@ -587,3 +866,37 @@ def test_stage_2_imports_nothing_of_stage_1():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) >= len(modules)
+
+
+def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digits_one(
+    tmp_path, monkeypatch
+):
+    """``make paper MNIST=DIR`` with IDX files written here: every sweep composes with them
+    (and one job builds its run from them), except paper_accuracy_digits, which keeps the
+    bundled digits; the accuracy sweeps get the tuning sweeps' picks."""
+    from tests.test_data import make_idx_folder
+
+    mnist = tmp_path / "mnist"
+    make_idx_folder(mnist, n_train=1200, n_test=50, rows=28, cols=28)
+    grid = [
+        {**_timed(m, a, 1.0), "final": {"test_accuracy": 0.5 + lr}, "_lr": lr}
+        for m in ("dnn", "cnn")
+        for a in ("ssgd", "asgd", "ddp", "cdc")
+        for lr in (0.01, 0.1)
+    ]
+    _fake_sweep(tmp_path, "paper_tuning", grid)
+    _fake_sweep(tmp_path, "paper_tuning_asgd", [])
+    calls = _fake_runs(monkeypatch)
+    only = ["paper_time", "paper_accuracy", "paper_accuracy_digits"]
+    args = ["--cluster", "local", "--mnist", str(mnist), "--results", str(tmp_path)]
+    assert sweep.main([*args, "--only", *only]) == 0
+    time_o, accuracy_o, digits_o = calls
+    assert "dataset=mnist" in time_o and f"dataset.path={mnist.resolve()}" in accuracy_o
+    assert not any(o.startswith("dataset") for o in digits_o)
+    assert "tuned.dnn.cdc.lr=0.1" in accuracy_o and "tuned.cnn.asgd.lr=0.1" in digits_o
+    for experiment, overrides, data in zip(only, calls, ("mnist", "mnist", "digits"), strict=True):
+        jobs = cache.sweep_jobs(experiment, overrides)
+        assert {cfg["dataset"]["name"] for _, cfg in jobs} == {data}, experiment
+    cfg = compose_config(["experiment=paper_time", "cluster=local", *time_o[2:4]])
+    spec, replica, _ = build_spec(cfg)
+    assert spec.dataset["name"] == "mnist" and len(replica.data.y_train) == 1200
