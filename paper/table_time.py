@@ -17,8 +17,10 @@ its default buckets hold the whole gradient in one, which cannot overlap the bac
 
 from __future__ import annotations
 
+import operator
 import statistics
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from dcoded.results import interval
@@ -94,15 +96,27 @@ def total(by_seed: dict[int, Run]) -> float:
     return statistics.median(r["time_s"]["total"] for r in by_seed.values())
 
 
+def versus(new: Mapping[int, float | None], old: Mapping[int, float | None], how="pct") -> dict:
+    """``new`` against ``old`` paired by seed, over the seeds both have a value at: the
+    :func:`dcoded.results.interval` of the per-seed reductions (``pct``) or ratios
+    (``ratio``), and ``seeds``.
+
+    >>> v = versus({0: 50.0, 1: 60.0, 2: None}, {0: 100.0, 1: 100.0, 2: 90.0})
+    >>> v["mean"], v["seeds"]
+    (45.0, [0, 1])
+    """
+    seeds = [s for s in new if new[s] is not None and old.get(s) is not None]
+    f = reduction if how == "pct" else operator.truediv
+    return {**interval([f(new[s], old[s]) for s in seeds]), "seeds": sorted(seeds)}
+
+
 def compare(new: dict[int, Run], old: dict[int, Run], how: str = "pct") -> dict:
-    """``new`` against ``old`` paired by seed: :func:`dcoded.results.paired` of the per-seed
-    reductions (``pct``) or ratios (``ratio``)."""
+    """Two configurations' training times (:func:`versus`), paired by seed."""
 
-    def per_seed(f):
-        return {s: f(new[s]["time_s"]["total"], old[s]["time_s"]["total"]) for s in new if s in old}
+    def totals(by_seed):
+        return {s: r["time_s"]["total"] for s, r in by_seed.items()}
 
-    values = per_seed(reduction if how == "pct" else (lambda a, b: a / b))
-    return {**interval(list(values.values())), "seeds": sorted(values)}
+    return versus(totals(new), totals(old), how)
 
 
 def compute(results: Path, size: str) -> list[dict]:

@@ -16,9 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from dcoded.results import interval, time_to_accuracy
+from dcoded.results import time_to_accuracy
 from paper import figure_accuracy, output, paths
-from paper.table_time import PAPER_REDUCTION, ci, reduction
+from paper.table_time import PAPER_REDUCTION, ci, versus
 
 #: The target: this fraction of ssgd's final test accuracy at the same seed.
 TARGET = 0.95
@@ -62,15 +62,15 @@ def reached(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[in
 
 
 def _against(mine: dict, lab: str, base: str, how: str = "pct") -> dict | None:
-    """``lab`` against ``base`` per seed where both reached the target."""
+    """``lab`` against ``base`` per seed where both reached the target (:func:`versus`)."""
     if base not in mine or lab == base:
         return None
-    values = [
-        (reduction(a["wall_s"], b["wall_s"]) if how == "pct" else a["wall_s"] / b["wall_s"])
-        for s, a in mine[lab].items()
-        if a and (b := mine[base].get(s))
-    ]
-    return interval(values) if values else None
+
+    def times(by_seed):
+        return {s: h["wall_s"] if h else None for s, h in by_seed.items()}
+
+    out = versus(times(mine[lab]), times(mine[base]), how)
+    return out if out["n"] else None
 
 
 def compute(results: Path, size: str) -> list[dict]:
