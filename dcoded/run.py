@@ -29,7 +29,7 @@ from dcoded.cluster import attach_cluster, open_cluster
 from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
 from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context, Progress
-from dcoded.engine.record import TrainingLog, write_history
+from dcoded.engine.record import HistoryFile, TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
@@ -84,13 +84,14 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     run_dir = Path(out_dir) if out_dir is not None else None
     start = resume.step if resume else 0
     bar = Progress(spec.steps, spec.algorithm, initial=start) if show else None
-    started = dt.datetime.now(dt.timezone.utc)
+    started, began = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     train_fn = trainer(spec.algorithm, spec.transport)
-    log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None)
+    earlier = earlier_history(c["train"]["resume"], resume.step) if resume else []
+    history = HistoryFile(run_dir / "history.csv" if run_dir else None, earlier)
+    log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None, history=history)
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
     if resume:
         log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
-        log.earlier = earlier_history(c["train"]["resume"], resume.step)
         changed = resume_changes(resume, spec)
         if changed:
             line = f"resumed with other settings than the checkpoint's run: {changed}"
@@ -144,11 +145,13 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                     log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
     except BaseException as e:
         spec, log = ctx.spec, ctx.log
-        rows = log.history()
-        if run_dir is not None and rows:
-            write_history(run_dir / "history.csv", log.earlier + rows)
+        rows = []
+        with contextlib.suppress(Exception):  # the error to report is e, whatever happens here
+            rows = log.rows(ctx.start_step)  # every step's row is in history.csv now
+        if run_dir is None:
+            history.close()
         if isinstance(e, KeyboardInterrupt):
-            raise _interrupted(e, ctx, rows, cluster_info, started) from None
+            raise _interrupted(e, ctx, rows, cluster_info, started, began) from None
         if isinstance(e, RunError):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
         raise
@@ -157,10 +160,14 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
             bar.close()
         if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
             straggle.remove_stale(f"dcoded-{spec.run_id}-")
-    rows = log.history()
-    summary = make_summary(spec, reference, log, rows, theta, cluster_info, started)
+    try:
+        rows = log.rows(ctx.start_step)
+    finally:
+        if run_dir is None:
+            history.close()
+    summary = make_summary(spec, reference, log, rows, theta, cluster_info, started, began=began)
     if run_dir is not None:
-        write_outputs(run_dir, summary, log.earlier + rows, theta)
+        write_outputs(run_dir, summary, theta)
     return summary
 
 
@@ -308,8 +315,9 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
         ctx.bounded(
             "collecting", ctx.collect, "after the loss", survivors, check=ctx.check_connection
         )
-    rows = ctx.log.history()
-    failed_at = rows[-1]["step"] + 1 if rows else ctx.start_step
+    ctx.log.write_rows()  # every row of this attempt, before it is marked done again
+    last = ctx.log.last_written
+    failed_at = last + 1 if last is not None else ctx.start_step
     _teardown(client, [spec.run_id], survivors)  # the attempt's tasks wake on their links
     replaced, known = _replace(ctx, lost)
     # a second loss while this one is mended: counted with it, not found by the next attempt
@@ -330,12 +338,11 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
             f"{e}"
         ) from None
     start = resume.step if resume else 0
-    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, peers=None)
+    history = ctx.log.history_file
+    history.mark_replayed(start)
+    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, None, history)
     if spec2.algorithm == "cdc":
         log.peers = set(workers)
-    log.earlier = [
-        {**r, "replayed": 1} if int(r["step"]) >= start else r for r in ctx.log.earlier + rows
-    ]
     log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
     event = {
         "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
@@ -424,7 +431,7 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
 
 
 def _interrupted(
-    e: KeyboardInterrupt, ctx: Context, rows: list[dict], cluster_info: dict, started
+    e: KeyboardInterrupt, ctx: Context, rows: list[dict], cluster_info: dict, started, began
 ) -> Interrupted:
     """Write the summary of what ran before the interruption; the one line to end on."""
     signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
@@ -434,7 +441,15 @@ def _interrupted(
     line += f" of {ctx.spec.steps}"
     if ctx.run_dir is not None and rows:
         summary = make_summary(
-            ctx.spec, ctx.reference, ctx.log, rows, None, cluster_info, started, "interrupted"
+            ctx.spec,
+            ctx.reference,
+            ctx.log,
+            rows,
+            None,
+            cluster_info,
+            started,
+            "interrupted",
+            began=began,
         )
         write_summary(ctx.run_dir, summary)
         line += f"; history.csv and summary.json are in {ctx.run_dir}"

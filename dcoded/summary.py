@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from dcoded import files
 from dcoded.cluster import available_cores
 from dcoded.coding import loads
 from dcoded.coding.stragglers import backup_bound
-from dcoded.engine.record import write_history
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
 from dcoded.provenance import code_version
@@ -71,19 +71,29 @@ def _theory_backup(spec: RunSpec, log, d: int, n_steps: int) -> float:
     did not wait (each late worker having computed and sent nothing), mean over steps."""
     p = spec.placement
     total = 0.0
-    for late in log.not_waited.values():
+    for late, steps in log.late_sets.items():
         for c in range(p.n_clusters):
             here = {p.local(r) for r in late if p.cluster_of(r) == c}
             if here:
-                total += float(backup_bound(p, spec.shuffle, spec.hybrid, here))
+                total += steps * float(backup_bound(p, spec.shuffle, spec.hybrid, here))
     return total * d * 4 / spec.n_workers / max(n_steps, 1)
 
 
 def make_summary(
-    spec, reference, log, rows, theta, cluster_info, started, status: str = "finished"
+    spec,
+    reference,
+    log,
+    rows,
+    theta,
+    cluster_info,
+    started,
+    status: str = "finished",
+    began: float | None = None,
 ) -> dict:
     """The run's ``summary.json``; ``status`` is ``finished`` or ``interrupted`` (then
-    ``theta`` is ``None``: the parameters stayed on the workers, the checkpoint has them)."""
+    ``theta`` is ``None``: the parameters stayed on the workers, the checkpoint has them).
+    ``began``: :func:`time.perf_counter` when the run began, for ``time_s.process`` (the
+    run's whole time: start-up, setup, evaluation, checkpoints and the end included)."""
     d = reference.n_params
     last = rows[-1] if rows else {}
     times = log.time_medians(rows)
@@ -121,6 +131,7 @@ def make_summary(
         },
         "time_s": {
             "total": last.get("wall_s", 0.0),
+            "process": round(time.perf_counter() - began, 3) if began is not None else None,
             "step_median": times["step"],
             **step_spread(rows),
             **{p: times[p] for p in PHASES},
@@ -162,7 +173,7 @@ def make_summary(
         "straggler_grace": spec.straggler_grace if spec.stragglers else None,
         "straggle": {**dict(spec.straggle), **log.straggle_summary()},
         "start_step": rows[0]["step"] if rows else 0,
-        "events": list(log.events),
+        "events": list(log.events) + _late(log),
         "recoveries": list(log.recoveries),
         "environment": {
             "cores": available_cores(),
@@ -186,13 +197,22 @@ def make_summary(
     return summary
 
 
-def write_outputs(out_dir: Path, summary: dict, rows: list[dict], theta: np.ndarray) -> None:
-    """``summary.json``, ``history.csv`` and the final parameters ``theta.npy`` (float32), each
-    written to a temporary name then renamed."""
+def _late(log) -> list[str]:
+    """The event that some records came after their step's row was written, if any did."""
+    if not log.late_records:
+        return []
+    return [
+        f"{log.late_records} worker record(s) came after their step's row was written to "
+        "history.csv and are not in it"
+    ]
+
+
+def write_outputs(out_dir: Path, summary: dict, theta: np.ndarray) -> None:
+    """``summary.json`` and the final parameters ``theta.npy`` (float32), each written to a
+    temporary name then renamed (``history.csv`` is written as the run goes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files.replace(out_dir / "theta.npy", lambda f: np.save(f, np.asarray(theta, "<f4")), "wb")
     write_summary(out_dir, summary)
-    write_history(out_dir / "history.csv", rows)
 
 
 def write_summary(out_dir: Path, summary: dict) -> None:
@@ -228,6 +248,18 @@ def _resources(env: Mapping) -> str:
     return f"{where} cores, per worker: {dask_threads}, {torch_threads}"
 
 
+def _times(t: Mapping) -> str:
+    """The training loop's time beside the run's whole time, each named.
+
+    >>> _times({"total": 35.93, "process": 61.2})
+    'training loop 35.93 s of 61.20 s in all'
+    >>> _times({"total": 1.5})
+    'training loop 1.50 s'
+    """
+    whole = t.get("process")
+    return f"training loop {t['total']:.2f} s" + (f" of {whole:.2f} s in all" if whole else "")
+
+
 def format_results(summary: dict) -> str:
     """The short results table printed at the end of a run."""
     t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
@@ -260,7 +292,7 @@ def format_results(summary: dict) -> str:
     lines = [
         head,
         f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
-        f"train loss {x4(f['train_loss'])}   wall {t['total']:.2f} s",
+        f"train loss {x4(f['train_loss'])}   {_times(t)}",
         "  time per step, median ms:",
         "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
         "  bytes per worker per step:      measured       theory",

@@ -327,12 +327,20 @@ def _lost_a_peer(ctx: Context, message: str, within_s: float = 10.0):
         time.sleep(0.5)
 
 
+#: A rank's task runs at most this many steps: between two, the driver evaluates the
+#: snapshots and writes the steps' rows, so what it holds of them stays bounded in a long run.
+LOOP_STEPS = 500
+
+
 def _stops(ctx: Context) -> list[int]:
-    """Where each task's steps end: at every checkpoint, and at the last step."""
+    """Where each task's steps end: at every checkpoint, every :data:`LOOP_STEPS` steps,
+    and at the last step."""
     spec, start = ctx.spec, ctx.start_step
     every = spec.checkpoint_every if ctx.run_dir is not None else 0
-    ends = list(range(start - start % every + every, spec.steps, every)) if every else []
-    return [*ends, spec.steps] if start < spec.steps else []
+    ends = set(range(start - start % LOOP_STEPS + LOOP_STEPS, spec.steps, LOOP_STEPS))
+    if every:
+        ends.update(range(start - start % every + every, spec.steps, every))
+    return [*sorted(ends), spec.steps] if start < spec.steps else []
 
 
 def train_ddp(ctx: Context) -> np.ndarray:
@@ -423,6 +431,8 @@ def train_ddp(ctx: Context) -> np.ndarray:
             ctx.log.evaluation(step, *ctx.reference.evaluate(snapshot))
         if checkpoint_due(ctx, stop):
             save_checkpoint(ctx, stop, theta, result["optimizer"])
+        elif stop < spec.steps:  # the last step's row waits for the final evaluation
+            ctx.log.write_rows(stop - 1)
         first = stop
     acc, loss = ctx.reference.evaluate(theta)
     ctx.log.evaluation(spec.steps - 1, acc, loss)

@@ -19,7 +19,7 @@ from distributed import wait
 from dcoded import checkpoint
 from dcoded.data import steps_per_epoch
 from dcoded.engine import registry
-from dcoded.engine.record import TrainingLog
+from dcoded.engine.record import WRITE_LAG, TrainingLog
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
 from dcoded.errors import Divergence, StepTimeout, WorkerLost
@@ -332,16 +332,20 @@ def after_step(
     snapshot: Callable[[], tuple[np.ndarray, dict]] | None = None,
 ) -> None:
     """Drain worker records now and then (and stop on a non-finite loss), evaluate every
-    ``eval_every`` steps and at the last, checkpoint every ``checkpoint_every`` steps, and
-    move the progress bar; none of it counts as training time.
+    ``eval_every`` steps and at the last, checkpoint every ``checkpoint_every`` steps, write
+    the rows a collection behind to ``history.csv``, and move the progress bar; none of it
+    counts as training time.
 
     ``snapshot()`` returns ``(θ, full-length optimizer state)`` for a checkpoint.
     """
     spec, log = ctx.spec, ctx.log
     done = step + 1
     last = done == spec.steps
+    checkpoint = snapshot is not None and checkpoint_due(ctx, done)
+    # a checkpoint's history holds its steps whole, so their records are collected first
+    due = last or done % COLLECT_EVERY == 0 or checkpoint
     with clock.paused():
-        if ctx.client is not None and (last or done % COLLECT_EVERY == 0):
+        if ctx.client is not None and due:
             ctx.collect(f"after step {step}")
         check_finite(log.first_nonfinite_loss())
         if last or (spec.eval_every and done % spec.eval_every == 0):
@@ -349,8 +353,10 @@ def after_step(
             log.evaluation(step, acc, loss)
             if ctx.progress is not None:
                 ctx.progress.set_postfix(test_acc=f"{acc:.3f}")
-        if snapshot and checkpoint_due(ctx, done):
+        if checkpoint:
             save_checkpoint(ctx, done, *snapshot())
+        elif due:  # rows a collection behind: every record of their steps is in
+            log.write_rows(step - WRITE_LAG)
         if ctx.progress is not None:
             ctx.progress.update(1)
 
@@ -382,7 +388,7 @@ def save_checkpoint(ctx: Context, done: int, params: np.ndarray, opt_state: dict
     }
     ckpt = checkpoint.Checkpoint(step=done, theta=params, optimizer=opt_state, meta=meta)
     ctx.last_checkpoint = checkpoint.save(ctx.run_dir, ckpt)
-    ctx.log.checkpointed(ctx.run_dir)
+    ctx.log.checkpointed(done - 1)
 
 
 def check_finite(found: tuple[int, float] | None) -> None:
