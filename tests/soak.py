@@ -103,7 +103,9 @@ def main() -> int:
         *args.overrides,
     ]
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     lines: list[tuple[float, str]] = []
 
     def read(stream, keep):
@@ -165,7 +167,9 @@ def main() -> int:
         "killed": killed,
         "seconds_steps_1000_2000": span(1000, 2000),
         f"seconds_steps_{n - 1000}_{n}": span(n - 1000, n),
-        "seconds_last_progress_to_summary": round(summary_path.stat().st_mtime - t0 - progress[last], 2)
+        "seconds_last_progress_to_summary": round(
+            summary_path.stat().st_mtime - t0 - progress[last], 2
+        )
         if summary and last is not None
         else None,
         "seconds_in_all": round(done, 1),

@@ -243,7 +243,7 @@ class TrainingLog:
         checkpoint, is not training time). Each step's row is made once."""
         after = -1 if self._loop_last is None else self._loop_last
         steps = sorted(s for s, st in self._steps.items() if s > after and "map" in st.phase)
-        for step, following in zip(steps, [*steps[1:], None], strict=True):
+        for step, following in zip(steps, [*steps[1:], None][: len(steps)], strict=True):
             st = self._steps[step]
             ready = following is not None and len(self._steps[following].phase["map"]) >= (
                 self.n_workers
