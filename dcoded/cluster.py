@@ -23,8 +23,6 @@ from distributed.utils import get_mp_context
 from dcoded.errors import ClusterError
 from dcoded.interrupt import signals_deferred
 
-#: Long enough that no transfer of a run is evicted between two collections of the logs.
-TRANSFER_LOG_LENGTH = 100_000
 CLUSTER_KINDS = ("local", "address", "netem")
 CLOSE_TIMEOUT_S = 10
 
@@ -90,7 +88,7 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
     exit, also on error and Ctrl-C."""
     check_cluster_config(cfg, n_workers)
     stack = contextlib.ExitStack()
-    settings = {"distributed.admin.low-level-log-length": TRANSFER_LOG_LENGTH}
+    settings = {}
     processes = bool(cfg.get("processes", True))
     start_method = cfg.get("start_method", "forkserver")
     if cfg["kind"] == "local" and processes:

@@ -407,8 +407,6 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                     # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker
                     # reaches the host's (straggle=slow) through this process's root
                     "DCODED_CGROUP_ROOT": f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu",
-                    # no transfer of a run may fall out of the logs between two collections
-                    "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "100000",
                 },
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -278,7 +278,7 @@ def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.nd
     """:func:`update_segment`, returning the updated segment (the next maps all-gather it)."""
     t0 = time.time()
     st = state(run_id, rank)
-    segment = update_segment(st, list(reduced))
+    segment = st.segment = update_segment(st, list(reduced))
     record(
         run_id,
         step=step,
@@ -312,6 +312,9 @@ def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
 
 # --------------------------------------------------------------------------- the graph
 
+#: Steps between two new roots of the graph (see ``rooted`` in :func:`train_cdc`).
+ROOT_EVERY = 10
+
 
 def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: list) -> list:
     """Submit one CDC step; return the futures of the updated segments, one per worker (at
@@ -331,7 +334,10 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
         )
 
     if spec.replicated:  # nothing moves: each step waits for the worker's previous one
-        return [submit(cdc_replicated, k, "rep", segments[k]) for k in range(K)]
+        return [
+            submit(cdc_replicated, k, "rep", *[s for s in segments[k : k + 1] if s is not None])
+            for k in range(K)
+        ]
 
     maps = {}
     for j in range(K):
@@ -398,6 +404,24 @@ def train_cdc(ctx: Context) -> np.ndarray:
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
+    def rooted(step: int) -> list:
+        """The segments the maps of ``step`` read, from tasks that depend on nothing (the
+        driver has waited for the last update): each step's tasks depend on the step before,
+        and the scheduler keeps a finished task for as long as one that depends on it
+        exists, so without a new root now and then it would keep every task of the run."""
+        if spec.replicated:  # each step's only dependency is an ordering, already kept
+            return [None] * spec.n_workers
+        return [
+            client.submit(
+                registry.own_segment,
+                run,
+                k,
+                key=task_key(run, "seg", step - 1, "root", k),
+                **pinned(workers[k]),
+            )
+            for k in range(spec.n_workers)
+        ]
+
     per_epoch = ctx.steps_per_epoch
     clock = Clock()
     ahead, done_at = None, 0.0  # the first step starts with the clock
@@ -405,6 +429,8 @@ def train_cdc(ctx: Context) -> np.ndarray:
         # a step submitted ahead has been running since the previous one ended; the clock
         # stood still during bookkeeping, so what the driver did since counts here
         t0 = done_at
+        if ahead is None and step > ctx.start_step and step % ROOT_EVERY == 0:
+            segments = rooted(step)
         current = ahead or submit_step(client, spec, workers, step, segments)
         ahead = None
         if spec.pipeline and step + 1 < spec.steps and not bookkeeping_due(ctx, step):

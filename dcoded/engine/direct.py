@@ -488,7 +488,10 @@ def train_direct(ctx: Context) -> np.ndarray:
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
-    def submit(start: int, stop: int, after: list) -> list:
+    def submit(start: int, stop: int, after: list | None = None) -> list:
+        """The task of each rank for steps ``start..stop-1``, after ``after[k]`` (one submitted
+        ahead); a task after one the driver waited for depends on nothing, so the scheduler
+        forgets each finished task instead of keeping a chain back to the setup."""
         return [
             client.submit(
                 run_steps,
@@ -496,7 +499,7 @@ def train_direct(ctx: Context) -> np.ndarray:
                 k,
                 start,
                 stop,
-                after[k],
+                *([after[k]] if after else []),
                 key=task_key(run, "steps", start, k),
                 **pinned(workers[k]),
             )
@@ -510,7 +513,7 @@ def train_direct(ctx: Context) -> np.ndarray:
         stop = chunk_end(ctx, step)
         # the clock stood still during bookkeeping: what the driver did since counts here
         t0 = done_at
-        current = ahead or submit(step, stop, last)
+        current = ahead or submit(step, stop)  # the driver has waited for the last ones
         ahead = None
         if spec.pipeline and stop < spec.steps and not bookkeeping_due(ctx, stop - 1):
             # the next task waits on this one on each worker: no driver round trip between

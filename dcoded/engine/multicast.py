@@ -282,6 +282,8 @@ class MulticastLink(Link):
         newest = max((step for _, step in self._kept.values()), default=0)
         for key in [k for k, (_, step) in self._kept.items() if step < newest - 1]:
             del self._kept[key]
+        # a repair or marker still queued when its message was forgotten files its key again
+        for key in [k for k in list(self._transmitted) if _step_of(k) < newest - 1]:
             self._transmitted.pop(key, None)
         with self._cond:  # what a receiver remembers of its asks, for as long
             for key in [k for k in self._asked if _step_of(k) < newest - 1]:

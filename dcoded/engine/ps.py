@@ -141,7 +141,9 @@ def train_ssgd(ctx: Context) -> np.ndarray:
             bytes_unicast=nbytes,
             bytes_params=theta.nbytes,
         )
-        del sent
+        # held until the next step's θ is scattered: a task group that empties is made anew
+        # with a span of its own, which the scheduler keeps for good (one every step)
+        held = sent  # noqa: F841
         _after_server_step(ctx, step, clock, theta, optimizer)
     return theta
 

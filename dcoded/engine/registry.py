@@ -58,6 +58,8 @@ class WorkerState:
     throttle: object | None = None
     #: ``coding.stragglers``: this worker's recent map times over the others' (its pace)
     paces: deque = field(default_factory=lambda: deque(maxlen=PACES))
+    #: ``transport=dask``: the owner's segment as its last update returned it (see own_segment)
+    segment: np.ndarray | None = None
 
     def close(self) -> None:
         """Wake a direct loop that waits for peers, close its connections (or DDP's process
@@ -188,6 +190,13 @@ def shard_state(run_id: str, rank: int, *after) -> dict:
     return state(run_id, rank).optimizer.state_arrays()
 
 
+def own_segment(run_id: str, rank: int) -> np.ndarray:
+    """The owner's segment as its last update returned it: a task that depends on nothing,
+    for the next maps to read instead of that update's (which depends on the step before,
+    and so on back to the setup: the scheduler would keep every task of the run)."""
+    return state(run_id, rank).segment
+
+
 def current_theta(run_id: str, rank: int, *after) -> np.ndarray:
     """The worker's full ``θ`` (``r = K``, or the direct transport after its all-gather)."""
     return state(run_id, rank).replica.theta
@@ -226,21 +235,41 @@ def drain_records(run_id: str, dask_worker=None) -> dict:
     out, inc, total = [], [], 0
     if dask_worker is not None:
         shift = float(getattr(dask_worker, "scheduler_delay", 0.0) or 0.0)
-        out = _unseen(dask_worker.transfer_outgoing_log, run_id, shift)
-        inc = _unseen(dask_worker.transfer_incoming_log, run_id, shift)
+        out = _unseen(_long(dask_worker, "transfer_outgoing_log"), run_id, shift)
+        inc = _unseen(_long(dask_worker, "transfer_incoming_log"), run_id, shift)
         total = int(dask_worker.transfer_outgoing_bytes_total)
     return {"records": records, "out": out, "in": inc, "out_total": total}
 
 
+#: How many entries each of a worker's two transfer logs keeps: far more than a run moves
+#: between two collections (Dask keeps 1,000, ``distributed.admin.low-level-log-length``,
+#: which also sizes its other logs and the profiler's history, left as they are).
+TRANSFER_LOG_LENGTH = 100_000
+
+
+def _long(dask_worker, name: str) -> deque:
+    """The worker's transfer log ``name``, made to keep :data:`TRANSFER_LOG_LENGTH` entries
+    (once per worker process; a worker of the user's own cluster too)."""
+    log = getattr(dask_worker, name)
+    if log.maxlen is not None and log.maxlen < TRANSFER_LOG_LENGTH:
+        log = deque(log, maxlen=TRANSFER_LOG_LENGTH)
+        setattr(dask_worker, name, log)
+    return log
+
+
 def _unseen(log, run_id: str, clock_shift: float = 0.0) -> list[dict]:
-    """Entries of a Dask transfer log this run has not drained yet (each is marked once)."""
+    """Entries of a Dask transfer log this run has not drained yet (each is marked once),
+    oldest first. Every entry older than one this run marked was marked in the same or an
+    earlier drain, so the look goes from the newest back to the first marked: a drain costs
+    what is new, not the log's length."""
     mark = f"dcoded-drained-{run_id}"
     fresh = []
-    for e in list(log):
-        if not e.get(mark):
-            e[mark] = True
-            fresh.append(_log_entry(e, clock_shift))
-    return fresh
+    for e in reversed(list(log)):
+        if e.get(mark):
+            break
+        e[mark] = True
+        fresh.append(_log_entry(e, clock_shift))
+    return fresh[::-1]
 
 
 def _log_entry(e: dict, clock_shift: float = 0.0) -> dict:
