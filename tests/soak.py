@@ -34,8 +34,10 @@ def _kind(p: psutil.Process) -> str:
         cmd = " ".join(p.cmdline())
     except psutil.Error:
         return "gone"
-    if "dcoded.run" in cmd or "-m dcoded" in cmd:
+    if "dcoded.run" in cmd:  # the driver inside the emulated network
         return "driver"
+    if "-m dcoded" in cmd:  # the process started (on cluster=local: also the driver)
+        return "launcher"
     if "scheduler" in cmd:
         return "scheduler"
     if "spawn_main" in cmd or "forkserver" in cmd or "worker" in cmd:
@@ -148,11 +150,14 @@ def main() -> int:
         return round(progress[b] - progress[a], 2) if a in progress and b in progress else None
 
     n = args.steps
-    kinds = sorted({k for s in samples for k in s if k != "t"})
+    # the samples once training runs (start-up's growth is not the run's)
+    began = min(progress.values()) if progress else 0.0
+    training = [s for s in samples if s["t"] >= began]
+    kinds = sorted({k for s in training for k in s if k != "t"})
     spread = {}
     for k in kinds:
-        rss = [s[k]["rss_mib"] for s in samples if k in s]
-        fds = [s[k]["fds"] for s in samples if k in s]
+        rss = [s[k]["rss_mib"] for s in training if k in s]
+        fds = [s[k]["fds"] for s in training if k in s]
         spread[k] = {
             "rss_mib_first": round(rss[0], 1),
             "rss_mib_min": round(min(rss), 1),
