@@ -148,8 +148,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
         rows = []
         with contextlib.suppress(Exception):  # the error to report is e, whatever happens here
             rows = log.rows(ctx.start_step)  # every step's row is in history.csv now
-        if run_dir is None:
-            history.close()
+        history.close()  # a temporary one, without a run folder
         if isinstance(e, KeyboardInterrupt):
             raise _interrupted(e, ctx, rows, cluster_info, started, began) from None
         if isinstance(e, RunError):
@@ -163,8 +162,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
     try:
         rows = log.rows(ctx.start_step)
     finally:
-        if run_dir is None:
-            history.close()
+        history.close()
     summary = make_summary(spec, reference, log, rows, theta, cluster_info, started, began=began)
     if run_dir is not None:
         write_outputs(run_dir, summary, theta)
