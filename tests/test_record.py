@@ -158,6 +158,8 @@ def test_a_recovery_marks_the_steps_it_does_again_and_the_next_attempt_appends(t
 
 
 def test_a_history_without_a_folder_is_a_temporary_file_that_close_removes():
+    """Made at the first rows only: a log that never writes leaves no file behind."""
+    assert TrainingLog("r0", K, 96, None).history_file.path is None
     history = HistoryFile(None)
     log = TrainingLog("r0", K, 96, None, history)
     _drive(log, 30)

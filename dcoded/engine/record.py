@@ -519,7 +519,7 @@ class HistoryFile:
     """``history.csv``, appended to as the run goes (``HISTORY_COLUMNS``), made at its first
     rows: a run that fails before its first step writes none. ``earlier``: the rows it starts
     with (a resumed run's steps before its checkpoint, values as read). ``path=None``: a
-    temporary file, removed by :meth:`close`.
+    temporary file, made at the first rows too and removed by :meth:`close`.
 
     >>> import pathlib, tempfile
     >>> h = HistoryFile(pathlib.Path(tempfile.mkdtemp()) / "history.csv")
@@ -531,15 +531,15 @@ class HistoryFile:
 
     def __init__(self, path: Path | None, earlier: Iterable[dict] = ()):
         self.temporary = path is None
-        if path is None:
-            fd, name = tempfile.mkstemp(prefix="dcoded-history-", suffix=".csv")
-            os.close(fd)
-            path = Path(name)
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self._earlier: list[dict] | None = list(earlier)  # until the file is made
 
     def append(self, rows: list[dict], sync: bool = False) -> None:
         if self._earlier is not None:  # the first rows: a new file, whatever was at the name
+            if self.path is None:
+                fd, name = tempfile.mkstemp(prefix="dcoded-history-", suffix=".csv")
+                os.close(fd)
+                self.path = Path(name)
             before, self._earlier = self._earlier, None
             write_history(self.path, [*before, *rows])
             return
@@ -580,8 +580,8 @@ class HistoryFile:
         write_history(self.path, rows)
 
     def close(self) -> None:
-        """Remove a temporary file."""
-        if self.temporary:
+        """Remove a temporary file (if it was made)."""
+        if self.temporary and self.path is not None:
             self.path.unlink(missing_ok=True)
 
 
