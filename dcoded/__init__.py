@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["compose_config", "format_results", "run"]
+__all__ = ["compose_config", "format_results", "local_cluster", "run"]
 
 #: Public names and the module that defines each (imported on first use).
-_LAZY = {"compose_config": "dcoded.config", "format_results": "dcoded.summary"}
+_LAZY = {
+    "compose_config": "dcoded.config",
+    "format_results": "dcoded.summary",
+    "local_cluster": "dcoded.cluster",
+}
 
 
 def __getattr__(name: str):

@@ -95,8 +95,10 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
         settings["distributed.worker.multiprocessing-method"] = start_method
     with stack, dask.config.set(settings):
         if cfg["kind"] == "local":
-            if processes:
-                stack.enter_context(_main_not_rerun())
+            hidden = contextlib.ExitStack()
+            if processes:  # while the cluster lives (spawn), or until the forkserver is up
+                hidden.enter_context(_main_not_rerun())
+                stack.enter_context(hidden)
             if processes and start_method == "forkserver":
                 _preload_forkserver()
             # loopback only, nothing is exposed; in-process workers talk in memory (inproc://)
@@ -128,11 +130,12 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                 )
                 client = Client(cluster)
                 stack.callback(_close, client)
+            if start_method == "forkserver":  # later workers fork from the server, not main
+                hidden.close()
         else:
-            if "given" not in cfg:  # the netem driver's scheduler was just started: wait for it
-                _refused_at_once(
-                    cfg["address"], min(REFUSED_GRACE_S, cfg.get("connect_timeout_s", 10))
-                )
+            if "given" not in cfg:  # a user's scheduler (netem's own is known to be up)
+                timeout = cfg.get("connect_timeout_s", 10)
+                _refused_at_once(cfg["address"], min(REFUSED_GRACE_S, timeout), timeout)
             try:
                 client = Client(
                     cfg["address"],
@@ -157,10 +160,16 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
 REFUSED_GRACE_S = 3.0
 
 
-def _refused_at_once(address: str, grace_s: float) -> None:
+def _refused_at_once(address: str, grace_s: float, handshake_s: float | None = None) -> None:
     """A ``ClusterError`` where nothing listens at a TCP or TLS ``address`` for ``grace_s``
     seconds (the host answers, refusing the port): ``Client`` would retry for its whole
-    connect timeout. A host that does not answer is left to that timeout."""
+    connect timeout. A host that does not answer is left to that timeout.
+
+    With ``handshake_s``, a ``tcp://`` server that accepts must also speak first as a Dask
+    scheduler does (its handshake, a frame of a sane length, within ``handshake_s`` seconds):
+    another kind of server (HTTP waits for a request; SSH sends a banner) would leave
+    ``Client`` waiting past its timeout, or reading a banner as a frame length of exabytes.
+    """
     import socket
     import time
 
@@ -176,8 +185,8 @@ def _refused_at_once(address: str, grace_s: float) -> None:
     deadline = time.monotonic() + grace_s
     while True:
         try:
-            socket.create_connection((host, port), timeout=1.0).close()
-            return
+            sock = socket.create_connection((host, port), timeout=1.0)
+            break
         except ConnectionRefusedError:
             if time.monotonic() >= deadline:
                 raise ClusterError(
@@ -187,6 +196,74 @@ def _refused_at_once(address: str, grace_s: float) -> None:
             time.sleep(0.2)
         except OSError:
             return
+    with sock:
+        if scheme == "tcp" and handshake_s is not None:
+            _dask_speaks_first(sock, address, handshake_s)
+
+
+#: The most a Dask handshake frame may claim to hold (it holds a few hundred bytes).
+HANDSHAKE_MAX_BYTES = 1 << 20
+
+
+def _dask_speaks_first(sock, address: str, timeout_s: float) -> None:
+    """A ``ClusterError`` unless the server on ``sock`` sends what a Dask scheduler sends on
+    accepting: 8 bytes, little-endian, the length of its handshake frame."""
+    import time
+
+    head = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(head) < 8:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            got = sock.recv(8 - len(head))
+            if not got:
+                raise ClusterError(
+                    f"the server at cluster.address={address} closed the connection without a "
+                    f"Dask handshake{f' (it sent {head!r})' if head else ''}: is it a Dask "
+                    "scheduler?"
+                )
+            head += got
+    except TimeoutError:
+        raise ClusterError(
+            f"the server at cluster.address={address} accepted the connection but sent no Dask "
+            f"handshake within {timeout_s:g} s (cluster.connect_timeout_s)"
+            f"{f', only {head!r}' if head else ''}: is it a Dask scheduler, and one without "
+            "TLS (tls:// otherwise)?"
+        ) from None
+    except OSError as e:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at cluster.address={address}: {e}"
+        ) from None
+    length = int.from_bytes(head, "little")
+    if not 0 < length <= HANDSHAKE_MAX_BYTES:
+        raise ClusterError(
+            f"the server at cluster.address={address} does not speak Dask's protocol: it "
+            f"began with {head!r}, not a handshake frame: is it a Dask scheduler?"
+        )
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int = 4, **settings) -> Iterator[Client]:
+    """The local cluster ``run`` starts for ``cluster=local``, kept open for many runs: pass the
+    client it yields as ``run(cfg, client=client)``. ``settings`` are ``cluster.*`` values
+    (``dashboard=True``, ``start_method="spawn"``). Like ``run``'s own cluster, it starts its
+    worker processes without re-running the caller's script, so a script needs no
+    ``if __name__ == "__main__":`` guard and works piped to ``python -``; closed on exit.
+
+    >>> from dcoded import compose_config, run
+    >>> with local_cluster(2) as client:  # doctest: +SKIP
+    ...     for r in (1, 2):
+    ...         run(compose_config([f"coding.redundancy={r}", "cluster.n_workers=2"]),
+    ...             client=client)
+    """
+    import importlib.resources
+
+    from omegaconf import OmegaConf
+
+    local = importlib.resources.files("dcoded.conf").joinpath("cluster", "local.yaml")
+    cfg = {**OmegaConf.to_container(OmegaConf.create(local.read_text())), **settings}
+    with open_cluster(cfg, n_workers) as session:
+        yield session.client
 
 
 @contextlib.contextmanager

@@ -64,6 +64,63 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides or []))
 
 
+def config_defaults() -> dict:
+    """``conf/config.yaml``'s own values (no group chosen, nothing overridden)."""
+    import importlib.resources
+
+    if not _DEFAULTS:
+        text = importlib.resources.files(CONFIG_MODULE).joinpath("config.yaml").read_text()
+        loaded = OmegaConf.to_container(OmegaConf.create(text))
+        _DEFAULTS.update({k: v for k, v in loaded.items() if k not in ("defaults", "hydra")})
+    return _DEFAULTS
+
+
+_DEFAULTS: dict = {}
+
+#: Settings that only some algorithms read: ``name: (the algorithms that read it, values that
+#: mean the same as leaving it out)``. Set to anything else (and not its default) for another
+#: algorithm, a run says in one line that it ignores it.
+READ_BY = {
+    "coding.redundancy": (("cdc", "serial"), (1,)),
+    "coding.group_size": (("cdc", "serial"), (None,)),
+    "coding.shuffle": (("cdc", "serial"), ()),
+    "coding.hybrid_m": (("cdc", "serial"), (None,)),
+    "coding.stragglers": (("cdc",), (0,)),
+    "coding.straggler_grace": (("cdc",), ()),
+    "transport.name": (("cdc",), ("dask", "direct")),
+    "train.pipeline": (("cdc",), ()),
+    "straggle.model": (("cdc", "ssgd", "asgd", "ddp"), ("none",)),
+}
+
+
+def ignored_settings(c: Mapping) -> list[str]:
+    """The settings in ``c`` that its algorithm does not read, set to something that is
+    neither their default nor what leaving them out means, each as ``name=value (who reads
+    it)``.
+
+    >>> ignored_settings(plain(compose_config(["algorithm=ddp", "coding.stragglers=1"])))
+    ['coding.stragglers=1 (cdc only)']
+    >>> ignored_settings(plain(compose_config(["algorithm=ssgd", "coding.redundancy=1"])))
+    []
+    """
+    algorithm = (c.get("algorithm") or {}).get("name")
+    defaults = config_defaults()  # the groups (transport, straggle) have their neutral values
+    out = []
+    for name, (readers, neutral) in READ_BY.items():
+        if algorithm in readers:
+            continue
+        group, leaf = name.split(".")
+        if leaf not in (c.get(group) or {}):
+            continue
+        value = c[group][leaf]
+        if value in neutral or value == (defaults.get(group) or {}).get(leaf, neutral):
+            continue
+        shown = group if name in ("transport.name", "straggle.model") else name
+        who = " and ".join(readers) + (" only" if len(readers) < 4 else "")
+        out.append(f"{shown}={value} ({who})")
+    return out
+
+
 def plain(cfg: Mapping) -> dict:
     """``cfg`` as plain dicts, interpolations resolved.
 
@@ -133,7 +190,12 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
     _check_tls(cluster, algorithm, transport)
-    notes = []
+    notes, warnings = [], []
+    ignored = ignored_settings(c)
+    if ignored:
+        warnings.append(f"algorithm={algorithm} ignores {', '.join(ignored)}")
+    if algorithm != "cdc":  # only cdc's exchange has a choice; the others move through Dask
+        transport = "dask"
     if transport == "multicast" and algorithm == "cdc":
         transport, note = _multicast_or_fallback(cluster, transport_cfg)
         notes += [note] if note else []
@@ -230,7 +292,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             if c["algorithm"].get("bucket_cap_mb") is not None
             else None
         ),
-        extra={"notes": notes, "config": _as_given(c)},
+        extra={"notes": notes, "warnings": warnings, "config": _as_given(c)},
     )
     try:
         reference = Replica(spec)  # builds the model on the driver, on the data loaded above
@@ -307,6 +369,13 @@ def _as_given(c: Mapping) -> dict:
 def _steps(train: Mapping, n_train: int, batch: int) -> int:
     """``train.steps``, or ``train.epochs`` whole epochs of the data."""
     steps, epochs = train.get("steps"), train.get("epochs")
+    default = config_defaults()["train"]["steps"]
+    if epochs is not None and steps is not None and steps != default:
+        raise ConfigError(
+            f"train.epochs={epochs} and train.steps={steps} are both set: epochs count the "
+            f"steps ({epochs} x {steps_per_epoch(n_train, batch)} here); give one of them "
+            "(train.steps=null with train.epochs)"
+        )
     if epochs is not None:
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
             raise ConfigError(

@@ -705,10 +705,34 @@ def _scenario_from_args(a: argparse.Namespace) -> Scenario:
     )
 
 
+def _positive(kind):
+    """An argparse type: a number of ``kind`` above zero (a rate, a size, a count)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} is not allowed: it must be above 0")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _engine_default(name: str):
+    """``coding.<name>`` as ``python -m dcoded`` has it by default."""
+    from dcoded.config import config_defaults
+
+    return config_defaults()["coding"][name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dcoded.predict",
         description="The predicted step time of a layout on a network (see the module's doc).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--summary", type=Path, help="predict this run's step from its config")
@@ -723,26 +747,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold-out-K", default="", help="--fit: K values left out, e.g. 12,16")
     parser.add_argument("--calibration", type=Path, default=CALIBRATION_FILE)
     parser.add_argument("--algorithm", default="cdc", choices=["cdc", "ddp", "ssgd", "asgd"])
-    parser.add_argument("-K", type=int, default=16)
-    parser.add_argument("-r", type=int, default=1)
-    parser.add_argument("-g", type=int, default=None, help="group size (default: K)")
+    parser.add_argument("-K", type=_positive(int), default=16, help="workers")
     parser.add_argument(
-        "--shuffle", default="summed", choices=["coded", "uncoded", "summed", "hybrid"]
+        "-r", type=_positive(int), default=_engine_default("redundancy"), help="redundancy"
     )
-    parser.add_argument("-m", type=int, default=None, help="hybrid_m")
+    parser.add_argument("-g", type=_positive(int), default=None, help="group size (None: K)")
+    parser.add_argument(
+        "--shuffle",
+        default=_engine_default("shuffle"),
+        choices=["coded", "uncoded", "summed", "hybrid"],
+    )
+    parser.add_argument("-m", type=_positive(int), default=None, help="hybrid_m (None: least load)")
     parser.add_argument("--transport", default="direct", choices=["direct", "multicast", "dask"])
-    parser.add_argument("--d", type=float, default=109_386, help="parameters (float32)")
-    parser.add_argument("--batch-size", type=int, default=None, help="global B (default 64 K)")
+    parser.add_argument("--d", type=_positive(float), default=109_386, help="parameters (float32)")
+    parser.add_argument(
+        "--batch-size", type=_positive(int), default=None, help="global B (None: 64 K)"
+    )
     parser.add_argument("--topology", default="switch", choices=list(TOPOLOGIES))
-    parser.add_argument("--rate-mbit", type=float, default=None)
-    parser.add_argument("--rate-gbit", type=float, default=10.0)
-    parser.add_argument("--rack-size", type=int, default=None)
-    parser.add_argument("--pod-racks", type=int, default=None)
-    parser.add_argument("--oversubscription", type=float, default=1.0)
+    parser.add_argument(
+        "--rate-mbit", type=_positive(float), default=None, help="link rate (None: --rate-gbit)"
+    )
+    parser.add_argument("--rate-gbit", type=_positive(float), default=10.0, help="link rate")
+    parser.add_argument("--rack-size", type=_positive(int), default=None, help="workers a rack")
+    parser.add_argument("--pod-racks", type=_positive(int), default=None, help="racks a pod")
+    parser.add_argument(
+        "--oversubscription", type=_positive(float), default=1.0, help="uplink oversubscription"
+    )
     parser.add_argument("--model", default="dnn", help="whose measured compute rate to use")
-    parser.add_argument("--samples-per-s", type=float, default=None, help="one worker's rate")
-    parser.add_argument("--per-call-s", type=float, default=None)
-    parser.add_argument("--cores", type=int, default=None, help="workers share one such machine")
+    parser.add_argument(
+        "--samples-per-s", type=_positive(float), default=None, help="one worker's rate"
+    )
+    parser.add_argument(
+        "--per-call-s", type=_positive(float), default=None, help="compute per call"
+    )
+    parser.add_argument(
+        "--cores", type=_positive(int), default=None, help="workers share one such machine"
+    )
     a = parser.parse_args(argv)
     if a.measure_rate is not None:
         print(json.dumps(measure_rate(a.measure_rate), indent=1))

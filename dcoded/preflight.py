@@ -92,7 +92,7 @@ def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
 
     >>> four = {w: {"host": "n1", "cores": 2, "pid": i, "cpus": [0, 1]} for i, w in enumerate("abcd")}
     >>> cores_warning(four)
-    '4 worker processes share the 2 cores of n1: their computations take turns and the times vary from run to run; at most 2 per host (cluster.n_workers) give times that do not'
+    '4 worker processes share the 2 cores of n1: their computations take turns and the times vary from run to run; at most 2 per host (cluster.n_workers) keep each computation on a core of its own'
     >>> cores_warning({w: {"host": "n1", "cores": 1, "pid": i, "cpus": [i]} for i, w in enumerate("ab")})
     >>> cores_warning({"a": {"host": "n1", "cores": 2, "pid": 1}}) is None
     True
@@ -112,5 +112,5 @@ def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
     return (
         f"{len(processes[host])} worker processes share the {cores[host]} cores of {host}{more}: "
         "their computations take turns and the times vary from run to run; at most "
-        f"{cores[host]} per host (cluster.n_workers) give times that do not"
+        f"{cores[host]} per host (cluster.n_workers) keep each computation on a core of its own"
     )

@@ -399,8 +399,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run's folder instead, print its row and write nothing. Exits 1 if a job did not finish,
     2 where the folder holds no run."""
     args = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: python -m dcoded.results SWEEP_DIR (or one RUN_DIR)"
+    if args in (["-h"], ["--help"]):
+        print(
+            f"{usage}\n\nWrite the sweep's tables ({TABLE_STEM}.md and .csv, and "
+            f"{SEED_STEM}.md where it has seeds) and print them; given one run's folder, print "
+            "its row and write nothing.\nExit status: 0, 1 if a job did not finish, 2 where "
+            "the folder holds no run."
+        )
+        return 0
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m dcoded.results SWEEP_DIR (or one RUN_DIR)", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     where = Path(args[0])
     try:

@@ -69,9 +69,26 @@ def run(
         return _run(cfg, out_dir, progress, reuse_network, client)
 
 
+def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
+    """One line where ``run_dir`` holds a finished or failed run that this one replaces (not
+    when it continues that run with ``train.resume``)."""
+    earlier = [n for n in ("summary.json", "error.txt") if (run_dir / n).is_file()]
+    continued = False
+    if resume is not None:
+        at = Path(resume).resolve()
+        continued = run_dir.resolve() in (at, at.parent)  # its folder, or a checkpoint in it
+    if earlier and not continued:
+        print(
+            f"note: {run_dir} holds an earlier run ({earlier[0]}): this run replaces its files",
+            file=sys.stderr,
+        )
+
+
 def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, client) -> dict:
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
+    if out_dir is not None:
+        _say_if_replacing(Path(out_dir), c["train"].get("resume"))
     if c["cluster"]["kind"] == "netem":
         if spec.algorithm == "serial":
             raise ConfigError("algorithm=serial runs in one process: use cluster=local")
@@ -99,6 +116,9 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
             log.note(line)
     for note in spec.extra.get("notes", []):
         log.note(note)
+    for warning in spec.extra.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+        log.note(warning)
     cluster_info: dict = {"kind": "none", "workers": []}
     try:
         if spec.algorithm == "serial":

@@ -149,8 +149,12 @@ def make_summary(
             else None,
             "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
             # what the run's transport moved: Dask transfers, or the direct links' messages
-            "transport": means["dask" if spec.transport == "dask" else "direct"],
-            "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows else {},
+            "transport": means["dask" if spec.transport == "dask" else "direct"]
+            if spec.algorithm == "cdc"
+            else None,
+            "transport_by_kind": log.by_kind_means(len(rows), spec.transport)
+            if rows and spec.algorithm == "cdc"
+            else {},
             # coding.stragglers: the plain values sent in place of what late workers did not
             # send, and the closed form's most for the steps that did not wait (per worker)
             "backup": log.by_kind_means(len(rows), "direct").get("backup", 0.0)

@@ -35,7 +35,7 @@ def test_the_public_names_and_the_modules_behind_them():
     assert callable(run) and run.run  # the module dcoded.run, callable as run.run
     assert compose_config is dcoded.config.compose_config
     assert format_results is dcoded.summary.format_results
-    assert sorted(dcoded.__all__) == ["compose_config", "format_results", "run"]
+    assert sorted(dcoded.__all__) == ["compose_config", "format_results", "local_cluster", "run"]
     with pytest.raises(AttributeError, match="no attribute 'train'"):
         dcoded.train  # noqa: B018
 
@@ -88,22 +88,30 @@ def test_run_shows_its_own_parameters():
 
 
 @pytest.mark.slow
-def test_the_readme_example_with_a_cluster_of_ones_own(tmp_path):
-    """The README's second block: a script that builds its own LocalCluster, with the guard
-    it needs, runs several configs on it (fewer steps here)."""
+def test_the_readme_example_with_a_cluster_kept_open_piped_to_python(tmp_path):
+    """The README's second block: one local cluster kept open for several configs (fewer steps
+    here), piped to ``python -``. With Dask's own ``LocalCluster`` it failed with "Nanny failed
+    to start"; as a file it ended with "Worker process still alive ... killing" lines."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("### From Python or a notebook") :]
     code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
-    assert 'if __name__ == "__main__":' in code and "client=client" in code
+    assert "__main__" not in code and "client=client" in code and "local_cluster" in code
     code = code.replace('f"coding.redundancy={r}"', 'f"coding.redundancy={r}", "train.steps=5"')
     code = code.replace("run(compose_config", "print(run(compose_config")
     code = code.replace("client=client)", 'client=client)["param_sha256"])')
-    (tmp_path / "mine.py").write_text(code)
+    code += "print(__file__ if '__file__' in dir() else 'no file')\n"  # __main__ given back
     done = subprocess.run(
-        [sys.executable, "mine.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+        [sys.executable, "-"], input=code, cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "killing" not in done.stderr, done.stderr
     assert len([ln for ln in done.stdout.splitlines() if len(ln) == 64]) == 3, done.stdout
+    assert done.stdout.splitlines()[-1] == "<stdin>"
+
+
+def test_local_cluster_is_public():
+    assert dcoded.local_cluster is dcoded.cluster.local_cluster
 
 
 def test_the_users_own_keys_reach_the_summary(tmp_path):
@@ -118,6 +126,15 @@ def test_a_rerun_into_the_same_folder_drops_the_last_error(tmp_path):
     (tmp_path / "cfg.yaml").write_text(OmegaConf.to_yaml(tiny_config()))
     assert dcoded.run.main([str(tmp_path / "cfg.yaml"), str(tmp_path / "out")]) == 0
     assert not (tmp_path / "out" / "error.txt").exists()
+
+
+def test_a_run_into_a_folder_that_holds_a_run_says_it_replaces_it(tmp_path, capsys):
+    """``run(out_dir=...)`` overwrote an earlier run's folder without a word."""
+    dcoded.run.run(tiny_config(), out_dir=tmp_path)
+    assert "replaces" not in capsys.readouterr().err  # a new folder: nothing to say
+    dcoded.run.run(tiny_config("train.seed=1"), out_dir=tmp_path)
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path} holds an earlier run (summary.json): this run replaces" in err
 
 
 def test_links_planted_at_the_names_a_run_writes_are_replaced_not_followed(tmp_path):

@@ -145,3 +145,12 @@ def test_default_experiment_on_worker_processes(tmp_path):
     assert result.returncode == 0, result.stderr
     serial = json.loads((tmp_path / "serial" / "summary.json").read_text())
     assert cdc["param_sha256"] == serial["param_sha256"]
+
+
+def test_a_setting_the_algorithm_ignores_is_warned_of_on_the_console_and_in_the_summary(capsys):
+    from dcoded.config import compose_config
+
+    summary = dcoded.run.run(compose_config([*TINY, "algorithm=ssgd", "coding.stragglers=1"]))
+    line = "algorithm=ssgd ignores coding.stragglers=1 (cdc only)"
+    assert f"warning: {line}\n" in capsys.readouterr().err
+    assert line in summary["events"]

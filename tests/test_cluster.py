@@ -135,6 +135,73 @@ def test_a_scheduler_that_binds_a_moment_later_is_waited_for():
         listener.close()
 
 
+@pytest.fixture
+def other_server():
+    """A local server of another protocol: ``silent`` waits for a request (as HTTP does),
+    ``banner`` sends one line first (as SSH does)."""
+    import threading
+
+    servers = []
+
+    def start(kind: str) -> str:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        servers.append(listener)
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                if kind == "banner":
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                servers.append(conn)
+
+        threading.Thread(target=serve, daemon=True).start()
+        return f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_a_server_that_never_speaks_dask_fails_within_the_connect_timeout(other_server):
+    """An HTTP server on the port accepts and waits for a request: ``Client`` waited past
+    its timeout (400 s seen), the run says what it met within ``cluster.connect_timeout_s``."""
+    import time
+
+    address = other_server("silent")
+    cfg = compose_config(
+        [
+            *NO_PROCESSES,
+            "cluster=address",
+            f"cluster.address={address}",
+            "cluster.connect_timeout_s=2",
+        ]
+    )
+    began = time.monotonic()
+    with pytest.raises(ClusterError, match="sent no Dask handshake within 2 s"):
+        dcoded.run.run(cfg)
+    assert time.monotonic() - began < 30
+
+
+def test_a_server_of_another_protocol_is_named_not_read_as_a_frame(other_server):
+    """A banner read as a frame length asked for 3.07 EiB: the run names the bytes instead."""
+    address = other_server("banner")
+    cfg = compose_config([*NO_PROCESSES, "cluster=address", f"cluster.address={address}"])
+    with pytest.raises(
+        ClusterError, match=r"does not speak Dask's protocol: it began with b'SSH-2"
+    ):
+        dcoded.run.run(cfg)
+
+
+def test_a_real_scheduler_passes_the_handshake_check():
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        dcoded.cluster._refused_at_once(cluster.scheduler_address, 1.0, handshake_s=5)
+
+
 def test_incomplete_tls_settings_fail_before_connecting(tmp_path):
     cert = tmp_path / "cert.pem"
     cert.write_text("x")

@@ -195,6 +195,38 @@ def test_predict_says_impossible_and_exits_1(capsys):
     assert "impossible: group_size=4" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--rate-gbit", "-5"], "--rate-gbit: -5 is not allowed"),
+        (["--rate-mbit", "0"], "--rate-mbit: 0 is not allowed"),
+        (["-K", "-4"], "-K: -4 is not allowed"),
+        (["--d", "nan"], "--d: nan is not allowed"),
+        (["--oversubscription", "x"], "--oversubscription: 'x' is not a number"),
+    ],
+)
+def test_a_negative_or_zero_size_is_refused_not_predicted(args, named, capsys):
+    """``--rate-gbit -5`` printed a prediction and exited 0."""
+    with pytest.raises(SystemExit) as done:
+        P.main(["-K", "16", "--topology", "switch", *args])
+    assert done.value.code == 2
+    err = capsys.readouterr()
+    assert named in err.err and "predicted" not in err.out
+
+
+def test_the_defaults_are_the_engines_and_the_help_shows_them(capsys):
+    """Its cdc default was ``r=1 summed`` where ``python -m dcoded`` runs ``r=2 coded``."""
+    from dcoded.config import config_defaults
+
+    assert P.main([]) == 0
+    described = capsys.readouterr().out.splitlines()[0]
+    coding = config_defaults()["coding"]
+    assert f"r={coding['redundancy']}" in described and coding["shuffle"] in described
+    with pytest.raises(SystemExit):
+        P.main(["--help"])
+    assert "(default: 10.0)" in capsys.readouterr().out
+
+
 def _recorded() -> list[dict]:
     return json.loads(RECORDED.read_text())
 

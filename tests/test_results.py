@@ -217,3 +217,12 @@ def test_a_sweep_without_seeds_writes_no_seed_table(tmp_path):
     _job(tmp_path, 1, ["algorithm=cdc"], _summary(0.01, 0.8))
     write_sweep_table(tmp_path)
     assert not (tmp_path / f"{SEED_STEM}.md").exists()
+
+
+def test_results_help_exits_0_and_says_what_it_does(capsys):
+    """``python -m dcoded.results --help`` exited 2 with the usage line."""
+    from dcoded.results import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m dcoded.results") and "Exit status" in out

@@ -287,3 +287,47 @@ def test_the_model_size_bound_counts_what_the_models_build():
     ]:
         built = sum(p.numel() for p in build_model(model, shape, 10, 0).parameters())
         assert model_params(model, shape) == built
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (["algorithm=ddp", "coding.stragglers=1"], ["coding.stragglers=1 (cdc only)"]),
+        (["algorithm=ddp", "coding.redundancy=3"], ["coding.redundancy=3 (cdc and serial only)"]),
+        (["algorithm=ssgd", "transport=multicast"], ["transport=multicast (cdc only)"]),
+        (["algorithm=asgd", "train.pipeline=false"], ["train.pipeline=False (cdc only)"]),
+        (["algorithm=serial", "straggle=slow"], ["straggle=slow (cdc and ssgd and asgd and ddp)"]),
+        (
+            ["algorithm=ssgd", "coding.shuffle=summed", "coding.straggler_grace=0.5"],
+            ["coding.shuffle=summed (cdc and serial only)",
+             "coding.straggler_grace=0.5 (cdc only)"],
+        ),
+    ],
+)  # fmt: skip
+def test_a_setting_the_algorithm_ignores_is_named_in_one_warning(overrides, named):
+    """``algorithm=ddp coding.stragglers=1`` ran without a word (the summary said ``None``)."""
+    spec, _, _ = build_spec(compose_config(overrides))
+    assert spec.extra["warnings"] == [f"{overrides[0]} ignores {', '.join(named)}"]
+
+
+@pytest.mark.parametrize("algorithm", ["cdc", "serial", "ssgd", "asgd", "ddp"])
+def test_defaults_and_what_leaving_out_means_are_not_warned_of(algorithm):
+    neutral = ["coding.redundancy=1", "coding.stragglers=0", "transport=dask"]
+    for overrides in ([], neutral if algorithm not in ("cdc", "serial") else []):
+        spec, _, _ = build_spec(compose_config([f"algorithm={algorithm}", *overrides]))
+        assert spec.extra["warnings"] == []
+
+
+def test_ssgd_on_multicast_is_not_refused_for_a_pace_it_does_not_use():
+    """Refused with "needs transport.pace_mbit", a setting of cdc's multicast exchange."""
+    spec, _, _ = build_spec(compose_config(["algorithm=ssgd", "transport=multicast"]))
+    assert spec.transport == "dask" and spec.pace_mbit is None
+
+
+def test_epochs_and_steps_both_set_are_refused_not_one_dropped():
+    """``train.epochs=1 train.steps=20`` ran 15 steps and dropped ``steps`` silently."""
+    with pytest.raises(ConfigError, match=r"train.epochs=1 and train.steps=20 are both set"):
+        build_spec(compose_config(["train.epochs=1", "train.steps=20"]))
+    for both in (["train.steps=null"], []):  # null, or left at its default
+        spec, replica, _ = build_spec(compose_config(["train.epochs=1", *both]))
+        assert spec.steps == len(replica.data.y_train) // spec.batch_size
