@@ -393,7 +393,7 @@ def _check_cifar(ds: Dataset, batches: dict[str, dict]) -> None:
     np.testing.assert_allclose(denormalize(ds.x_train, "cifar10"), raw / 255.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("protocol", [3, 4, 5])
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_cifar_loads(tmp_path, protocol):
     batches = make_cifar_folder(tmp_path, protocol)
     cfg = {"name": "cifar10", "path": str(tmp_path)}
@@ -433,6 +433,31 @@ def test_cifar_rejects_disallowed_globals_without_running_them(tmp_path, payload
         with raises_naming(path, match="disallowed global " + shown):
             fn({"name": "cifar10", "path": str(tmp_path)})
     assert not marker.exists()
+
+
+class _Encode:
+    """A pickle that calls ``_codecs.encode`` with arguments of its own choosing."""
+
+    def __init__(self, *args):
+        self.args = args
+
+    def __reduce__(self):
+        import _codecs
+
+        return (_codecs.encode, self.args)
+
+
+@pytest.mark.parametrize(
+    "args", [("x", "rot13"), ("x", "latin1", "ignore"), (b"x", "hex"), ("x", "utf-8")]
+)
+def test_cifar_allows_codecs_encode_only_as_protocol_2_writes_bytes(tmp_path, args):
+    """A batch re-pickled by Python 3 at protocol 2 names ``_codecs.encode(str, "latin1")``
+    for its bytes (it was refused as a disallowed global); any other call is still refused."""
+    make_cifar_folder(tmp_path)
+    path = tmp_path / "data_batch_3"
+    path.write_bytes(pickle.dumps({b"data": _Encode(*args), b"labels": []}, protocol=2))
+    with raises_naming(path, match="not how Python 3 writes bytes at protocol 2"):
+        load_dataset({"name": "cifar10", "path": str(tmp_path)})
 
 
 class _Crafted:

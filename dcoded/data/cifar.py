@@ -142,10 +142,21 @@ def _arrays(obj):
     return obj
 
 
+def _latin1(text, encoding="utf-8", errors="strict"):
+    """How Python 3 writes ``bytes`` at pickle protocol 2: ``_codecs.encode(text, "latin1")``
+    (a batch re-pickled with ``protocol=2``); any other use of ``_codecs.encode`` is refused."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise pickle.UnpicklingError(
+            "a _codecs.encode that is not how Python 3 writes bytes at protocol 2"
+        )
+    return text.encode("latin1")
+
+
 def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
     """The only globals a batch may name: numpy's array reconstruction, each replaced by a
     stand-in that checks what the file gives it (files written under numpy 1.x name
-    ``numpy.core``, under 2.x ``numpy._core``)."""
+    ``numpy.core``, under 2.x ``numpy._core``), and the latin-1 encoding by which Python 3
+    writes bytes at protocol 2."""
     return {
         ("numpy.core.multiarray", "_reconstruct"): _Array,
         ("numpy._core.multiarray", "_reconstruct"): _Array,
@@ -153,6 +164,7 @@ def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
         ("numpy._core.numeric", "_frombuffer"): _frombuffer,
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): _Dtype,
+        ("_codecs", "encode"): _latin1,
     }
 
 
