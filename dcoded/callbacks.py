@@ -12,10 +12,26 @@ from dcoded.results import TABLE_STEM, write_sweep_table
 
 
 class SweepTable(Callback):
-    """When a multirun ends: one table of all its jobs in the sweep folder (``results.csv``,
+    """Before a multirun starts: every job's config is checked as its run would check it
+    (:func:`dcoded.config.build_spec`: settings, layout, data, checkpoint), and a sweep with
+    a bad job is refused whole, one line per bad job, before the first job runs.
+
+    When a multirun ends: one table of all its jobs in the sweep folder (``results.csv``,
     ``results.md``; :mod:`dcoded.results`), and which jobs failed. A job that fails does not
     stop the sweep (the app records it in its folder); the process exits with status 1 at the
     end if any did."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        bad = bad_jobs(config)
+        if bad:
+            for line in bad:
+                print(f"error: {line}", file=sys.stderr)
+            print(
+                f"error: the sweep was not started: {len(bad)} job(s) cannot run "
+                "(nothing was written)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -26,3 +42,33 @@ class SweepTable(Callback):
             listed = "; ".join(f"job {r['job']}: {r['error'] or r['status']}" for r in failed)
             print(f"error: {len(failed)} of {len(rows)} jobs failed: {listed}", file=sys.stderr)
             sys.exit(1)
+
+
+def bad_jobs(master: DictConfig) -> list[str]:
+    """``job N (overrides): why`` for each job of the multirun ``master`` that its run would
+    refuse before starting. The data each job names is loaded once per process."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dcoded.config import build_spec, sweep_jobs
+    from dcoded.errors import DcodedError
+
+    try:
+        jobs = sweep_jobs(master)
+    except ValueError:  # another sweeper: its jobs are checked as each one runs
+        return []
+    except (HydraException, OmegaConfBaseException) as e:
+        return [f"the sweep's overrides cannot be composed: {str(e).splitlines()[0]}"]
+    values = {}
+    for overrides, _ in jobs:
+        for o in overrides:
+            values.setdefault(o.split("=", 1)[0], set()).add(o)
+    swept = {key for key, seen in values.items() if len(seen) > 1}
+    bad = []
+    for num, (overrides, cfg) in enumerate(jobs):
+        try:
+            build_spec(cfg)
+        except DcodedError as e:
+            named = [o for o in overrides if o.split("=", 1)[0] in swept] or overrides
+            bad.append(f"job {num} ({' '.join(named)}): {e}")
+    return bad

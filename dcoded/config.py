@@ -121,6 +121,34 @@ def ignored_settings(c: Mapping) -> list[str]:
     return out
 
 
+def sweep_jobs(master: DictConfig) -> list[tuple[list[str], DictConfig]]:
+    """Every job of the multirun whose composed config is ``master`` (with its ``hydra``
+    node): its overrides and its config, without ``hydra``, as Hydra's basic sweeper and
+    launcher make them: the config's ``hydra.sweeper.params`` first, then the command line's
+    overrides (a key given in both takes the command line's value, in the params' place).
+    Needs Hydra initialised (inside ``@hydra.main`` or an ``initialize_*`` block)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict
+
+    sweeper = master.hydra.sweeper
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        raise ValueError(f"the sweep runs with {sweeper._target_}, not BasicSweeper")
+    loader = GlobalHydra.instance().hydra.config_loader
+    params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+    task = OmegaConf.to_container(master.hydra.overrides.task)
+    parser = OverridesParser.create(config_loader=loader)
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
+    jobs = []
+    for job in batch:
+        cfg = loader.load_sweep_config(master, list(job))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        jobs.append((list(job), cfg))
+    return jobs
+
+
 def plain(cfg: Mapping) -> dict:
     """``cfg`` as plain dicts, interpolations resolved.
 

@@ -60,6 +60,9 @@ SEED = "train.seed"
 SEED_STEM = "results_by_seed"
 #: What :func:`seed_table` gives for each group: these columns of :data:`MEASURED`.
 SEED_MEASURED = ("step_ms", "total_s", "test_accuracy")
+#: Of these, the ones that are positive and skewed (times): their interval is taken on the log
+#: scale (:func:`log_interval`), so that it never reaches below zero.
+LOG_SCALE = ("step_ms", "total_s")
 #: The confidence of every interval here.
 CONFIDENCE = 0.95
 
@@ -225,6 +228,26 @@ def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict:
     return {"n": n, "mean": mean, "std": std, "lo": mean - half, "hi": mean + half}
 
 
+def log_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict:
+    """:func:`interval`'s mean and standard deviation, with the interval taken on the log
+    scale: Student's t interval of the mean of ``log(values)``, mapped back by ``exp`` (an
+    interval of the geometric mean). For positive, right-skewed values (times) with few
+    seeds, where the t interval of the values reaches below zero; it needs every value
+    ``> 0`` (``lo`` and ``hi`` are ``None`` otherwise).
+
+    >>> xs = [1.2, 1.3, 30.0]
+    >>> round(interval(xs)["lo"], 2), [round(log_interval(xs)[k], 2) for k in ("lo", "hi")]
+    (-30.4, [0.04, 344.54])
+    """
+    import math
+
+    out = interval(values, confidence)
+    if out["lo"] is None or min(values) <= 0:
+        return {**out, "lo": None, "hi": None}
+    logs = interval([math.log(v) for v in values], confidence)
+    return {**out, "lo": math.exp(logs["lo"]), "hi": math.exp(logs["hi"])}
+
+
 def by_seed(jobs: Sequence[Mapping], seed: str = SEED) -> list[dict]:
     """The finished jobs grouped by every override but ``seed``, in the order first seen:
     ``{"overrides", "seeds", "jobs"}`` per group, ``overrides`` holding the keys that vary
@@ -259,7 +282,8 @@ def measured(job: Mapping, name: str):
 def seed_table(jobs: Sequence[Mapping], seed: str = SEED) -> tuple[list[dict], list[str]]:
     """``(rows, columns)``: one row per :func:`by_seed` group, its number of seeds and, for
     each of :data:`SEED_MEASURED`, the mean, the standard deviation across seeds and the 95%
-    interval of the mean (``_mean``, ``_std``, ``_lo``, ``_hi``).
+    interval (``_mean``, ``_std``, ``_lo``, ``_hi``): of the mean, or for :data:`LOG_SCALE`'s
+    times of the geometric mean (:func:`log_interval`).
 
     >>> jobs = [{"overrides": {"algorithm": g, "train.seed": s}, "status": "finished",
     ...          "summary": {"final": {"test_accuracy": a}}}
@@ -276,7 +300,7 @@ def seed_table(jobs: Sequence[Mapping], seed: str = SEED) -> tuple[list[dict], l
         row = {**g["overrides"], "n": len(g["jobs"]), "seeds": ",".join(map(str, g["seeds"]))}
         for m in SEED_MEASURED:
             values = [v for v in (measured(j, m) for j in g["jobs"]) if v is not None]
-            iv = interval(values)
+            iv = (log_interval if m in LOG_SCALE else interval)(values)
             row.update({f"{m}_{s}": iv[s] for s in ("mean", "std", "lo", "hi")})
         rows.append(row)
     return rows, [*keys, "n", "seeds", *stats]
@@ -382,8 +406,9 @@ def seed_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> s
         lines.append(out)
     return (
         f"Sweep {where} by seed ({SEED}): {len(rows)} groups of the same overrides; mean ± "
-        f"standard deviation across seeds [{100 * CONFIDENCE:.0f}% interval of the mean].\n\n"
-        + markdown(lines, shown)
+        f"standard deviation across seeds [{100 * CONFIDENCE:.0f}% interval: Student's t of the "
+        f"mean; for {' and '.join(LOG_SCALE)}, of the geometric mean, on the log scale, as "
+        "times are positive and skewed].\n\n" + markdown(lines, shown)
     )
 
 

@@ -102,13 +102,12 @@ def sweep_jobs(
     and its config (resolved, no ``hydra`` node), as Hydra's basic sweeper and launcher
     compose them. ``config_dir``: another copy of ``conf/`` (tests)."""
     from hydra import initialize_config_dir, initialize_config_module
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import OmegaConf
 
     from dcoded.config import CONFIG_MODULE
+    from dcoded.config import sweep_jobs as jobs_of
 
     init = (
         initialize_config_dir(config_dir=str(config_dir), version_base="1.3")
@@ -116,25 +115,15 @@ def sweep_jobs(
         else initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3")
     )
     with init:
-        hydra = GlobalHydra.instance().hydra
-        master = hydra.compose_config(
+        master = GlobalHydra.instance().hydra.compose_config(
             "config", [f"experiment={experiment}", *overrides], run_mode=RunMode.MULTIRUN
         )
-        sweeper = master.hydra.sweeper
-        if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
-            raise ValueError(f"{experiment} sweeps with {sweeper._target_}, not BasicSweeper")
-        # BasicSweeper.sweep: the config's params first, then the command line's overrides
-        # (a key given in both takes the command line's value, in the params' place)
-        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
-        task = OmegaConf.to_container(master.hydra.overrides.task)
-        parser = OverridesParser.create(config_loader=hydra.config_loader)
-        (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
-        jobs = []
-        for job in batch:
-            cfg = hydra.config_loader.load_sweep_config(master, list(job))
-            with open_dict(cfg):
-                del cfg["hydra"]
-            jobs.append((list(job), OmegaConf.to_container(cfg, resolve=True)))
+        try:
+            jobs = [
+                (job, OmegaConf.to_container(cfg, resolve=True)) for job, cfg in jobs_of(master)
+            ]
+        except ValueError as e:
+            raise ValueError(f"{experiment}: {e}") from None
     return jobs
 
 

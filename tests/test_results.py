@@ -121,7 +121,8 @@ def test_a_folder_that_is_not_there_is_said_so(tmp_path):
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
-    """`-m coding.redundancy=5,1` stopped at job 0; job 1 never ran."""
+    """`-m coding.redundancy=5,1` stopped at job 0; job 1 never ran. (A job whose config is
+    refused now stops the sweep before it starts; this job fails while it runs.)"""
     result = subprocess.run(
         [
             sys.executable,
@@ -130,7 +131,7 @@ def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
             "-m",
             *TINY,
             "train.steps=2",
-            "coding.redundancy=5,1",
+            "train.step_timeout_s=0.000001,300",
             f"hydra.sweep.dir={tmp_path}",
         ],
         cwd=ROOT,
@@ -141,27 +142,27 @@ def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 of 2 jobs failed: job 0: coding.redundancy=5")
+    assert last.startswith("error: 1 of 2 jobs failed: job 0: worker setup did not finish")
     (bad,) = tmp_path.glob("0-*")
     (good,) = tmp_path.glob("1-*")
-    assert "coding.redundancy=5" in (bad / "error.txt").read_text()
+    assert "train.step_timeout_s=1e-06" in (bad / "error.txt").read_text()
     assert not (bad / "summary.json").exists()
     summary = json.loads((good / "summary.json").read_text())  # job 1 ran
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["job"], r["coding.redundancy"], r["status"]) for r in rows] == [
-        ("0", "5", "failed"),
-        ("1", "1", "finished"),
+    assert [(r["job"], r["train.step_timeout_s"], r["status"]) for r in rows] == [
+        ("0", "1e-06", "failed"),
+        ("1", "300", "finished"),
     ]
     assert float(rows[1]["step_ms"]) == pytest.approx(1e3 * summary["time_s"]["step_median"])
     assert float(rows[1]["unicast_bytes"]) == summary["bytes_per_worker"]["unicast"]
     assert float(rows[1]["test_accuracy"]) == summary["final"]["test_accuracy"]
-    assert "| 0 | 5 | failed |" in (tmp_path / "results.md").read_text()
+    assert "| 0 | 1e-06 | failed |" in (tmp_path / "results.md").read_text()
     # the command line reads the same table
     again = subprocess.run(
         [sys.executable, "-m", "dcoded.results", str(tmp_path)], capture_output=True, text=True
     )
-    assert again.returncode == 1 and "| 1 | 1 | finished |" in again.stdout
+    assert again.returncode == 1 and "| 1 | 300 | finished |" in again.stdout
 
 
 def test_write_sweep_table_returns_what_it_wrote(tmp_path):
@@ -226,3 +227,48 @@ def test_results_help_exits_0_and_says_what_it_does(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m dcoded.results") and "Exit status" in out
+
+
+def test_a_sweep_with_a_bad_job_is_refused_whole_before_any_job_runs(tmp_path):
+    """`-m coding.redundancy=5,2` started, failed job 0 and went on: a 2-hour sweep should
+    say what is wrong with every job before the first one starts."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dcoded", "-m", *TINY, "coding.redundancy=5,2,7",
+         "train.seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and len(lines) == 5, lines
+    assert lines[0].startswith(
+        "error: job 0 (coding.redundancy=5 train.seed=0): coding.redundancy=5 is not allowed"
+    )
+    assert [ln.split(" (")[0] for ln in lines[:4]] == [f"error: job {n}" for n in (0, 1, 4, 5)]
+    assert lines[-1] == (
+        "error: the sweep was not started: 4 job(s) cannot run (nothing was written)"
+    )
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_seed_table_never_gives_a_time_interval_below_zero():
+    """ddp's ``step_ms [-0.26, 30.68]`` over 3 seeds: a t interval of skewed times. Times now
+    get a log-scale interval (positive, and containing the geometric mean); accuracies keep
+    Student's t."""
+    import math
+
+    from dcoded.results import seed_table
+
+    steps = [0.0163, 0.0159, 0.0198 * 1.5]  # seconds, one slow seed
+    jobs = [
+        {"overrides": {"algorithm": "ddp", "train.seed": s}, "status": "finished",
+         "summary": {"time_s": {"step_median": t, "total": 10 * t},
+                     "final": {"test_accuracy": a}}}
+        for s, (t, a) in enumerate(zip(steps, (0.9, 0.91, 0.95), strict=True))
+    ]  # fmt: skip
+    (row,), _ = seed_table(jobs)
+    ms = [1e3 * t for t in steps]
+    geo = math.exp(sum(map(math.log, ms)) / 3)
+    assert 0 < row["step_ms_lo"] < geo < row["step_ms_hi"]
+    assert row["step_ms_mean"] == pytest.approx(sum(ms) / 3)
+    t_half = 4.302652729911275 * row["test_accuracy_std"] / 3**0.5  # t(0.975, 2)
+    assert row["test_accuracy_lo"] == pytest.approx(row["test_accuracy_mean"] - t_half)
