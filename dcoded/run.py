@@ -362,6 +362,8 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     if spec2.algorithm == "cdc":
         log.peers = set(workers)
     log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
+    reached = max(ctx.log.last_wall, ctx.log.wall_offset)  # offset included
+    log.wall_offset = reached + (time.monotonic() - began)
     event = {
         "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
         "why": str(error),

@@ -284,7 +284,7 @@ def format_results(summary: dict) -> str:
         return f"{1e3 * x:8.2f}"
 
     def nb(x):
-        return "       -" if x is None else f"{x:12,.0f}"
+        return f"{'-':>12}" if x is None else f"{x:12,.0f}"
 
     sha = summary["param_sha256"]
 
@@ -293,22 +293,96 @@ def format_results(summary: dict) -> str:
 
     if summary.get("status", "finished") != "finished":
         head += f"  ({summary['status']} after step {summary['steps_done']})"
+    ddp = summary["algorithm"] == "ddp"
+    if ddp:  # gloo's ring is not seen packet by packet: the buckets handed to it are
+        exchange = [
+            f"    all-reduce buckets (gloo)    {nb(b.get('allreduced'))} "
+            f"{nb(4.0 * summary['n_params'])}",
+            f"    ring all-reduce, sent        {nb(None)} {nb(b['theory_unicast'])}",
+        ]
+    else:
+        exchange = [
+            f"    gradient exchange, multicast {nb(b['multicast'])} {nb(b['theory_multicast'])}",
+            f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
+            f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
+        ]
     lines = [
         head,
         f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
         f"train loss {x4(f['train_loss'])}   {_times(t)}",
-        "  time per step, median ms:",
+        *_happened(summary),
+        "  time per step, median ms"
+        + (" (shuffle: the all-reduce, inside map's backward):" if ddp else ":"),
         "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
         "  bytes per worker per step:      measured       theory",
-        f"    gradient exchange, multicast {nb(b['multicast'])} {nb(b['theory_multicast'])}",
-        f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
-        f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
+        *exchange,
         f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
         *(
             [f"    moved by the transport       {nb(b['transport'])}"]
             if summary.get("transport") in ("direct", "multicast")
             else []
         ),
+        *(
+            [f"    on the wire (every packet)   {nb(b['wire'])}"]
+            if b.get("wire") is not None
+            else []
+        ),
+        *(
+            [f"    plain values for stragglers  {nb(b['backup'])} {nb(b['theory_backup'])} (most)"]
+            if b.get("backup") is not None
+            else []
+        ),
         f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
     ]
     return "\n".join(lines)
+
+
+def _happened(summary: Mapping) -> list[str]:
+    """A line each for what shaped the run, where it happened: the emulated network, the
+    stragglers (injected, and the steps that did not wait), recoveries, multicast repairs.
+
+    >>> _happened({"environment": {"netem": {"topology": "bus", "bandwidth_mbit": 100.0,
+    ...     "driver_bandwidth_mbit": 100.0, "queue_ms": 20.0}}, "steps": 100,
+    ...     "straggle": {"model": "stall", "steps_with_injection": 9, "steps_not_waiting": 22,
+    ...                  "not_waited": {"1": 12, "3": 10}},
+    ...     "recoveries": [{"lost": [{"worker": "tcp://w2", "rank": 2}], "at_step": 55,
+    ...                     "resumed_from": 40, "steps_replayed": 15, "replaced": 1}],
+    ...     "repairs": {"sent_again": 31, "asks": 12}})  # doctest: +NORMALIZE_WHITESPACE
+    ['  network: emulated, bus at 100 Mbit/s, queues of 20 ms',
+     '  stragglers: straggle=stall on 9 of 100 steps; 22 steps did not wait (rank 1: 12, rank 3: 10)',
+     '  recovery: rank 2 lost at step 55, went on from step 40 (15 steps again, 1 new worker)',
+     '  repairs: 31 datagrams sent again, 12 asks']
+    """  # noqa: E501
+    out = []
+    net = (summary.get("environment") or {}).get("netem")
+    if net:
+        where = f"{net['topology']} at {net['bandwidth_mbit']:g} Mbit/s"
+        if net.get("driver_bandwidth_mbit") not in (None, net["bandwidth_mbit"]):
+            where += f" (driver {net['driver_bandwidth_mbit']:g})"
+        if net.get("rack_size"):
+            where += f", racks of {net['rack_size']}, uplinks {net['uplink_mbit']:g} Mbit/s"
+        out.append(f"  network: emulated, {where}, queues of {net['queue_ms']:g} ms")
+    st = summary.get("straggle") or {}
+    said = []
+    if st.get("model") not in (None, "none"):
+        said.append(f"straggle={st['model']} on {st.get('steps_with_injection', 0)} of "
+                    f"{summary['steps']} steps")  # fmt: skip
+    if st.get("steps_not_waiting"):
+        ranks = ", ".join(f"rank {k}: {v}" for k, v in (st.get("not_waited") or {}).items())
+        said.append(f"{st['steps_not_waiting']} steps did not wait ({ranks})")
+    if said:
+        out.append(f"  stragglers: {'; '.join(said)}")
+    for ev in summary.get("recoveries") or []:
+        lost = ", ".join(f"rank {w['rank']}" for w in ev.get("lost", []))
+        out.append(
+            f"  recovery: {lost} lost at step {ev['at_step']}, went on from step "
+            f"{ev['resumed_from']} ({ev['steps_replayed']} steps again, {ev['replaced']} new "
+            f"worker{'s' * (ev['replaced'] != 1)})"
+        )
+    repairs = summary.get("repairs") or {}
+    if any(repairs.values()):
+        out.append(
+            f"  repairs: {repairs.get('sent_again', 0)} datagrams sent again, "
+            f"{repairs.get('asks', 0)} asks"
+        )
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,33 @@ def test_a_setting_the_algorithm_ignores_is_warned_of_on_the_console_and_in_the_
     line = "algorithm=ssgd ignores coding.stragglers=1 (cdc only)"
     assert f"warning: {line}\n" in capsys.readouterr().err
     assert line in summary["events"]
+
+
+def test_the_console_names_ddps_bytes_the_wire_and_what_happened():
+    """ddp's rows said "measured -" where its buckets and the wire are known; the table said
+    nothing of the network, the stragglers, a recovery or repairs."""
+    import copy
+
+    from dcoded.config import compose_config
+    from dcoded.summary import format_results
+
+    summary = dcoded.run.run(compose_config([*TINY, "algorithm=ssgd"]))
+    assert "network:" not in format_results(summary)  # nothing happened: no line
+    ddp = copy.deepcopy(summary)
+    ddp["algorithm"] = "ddp"
+    ddp["bytes_per_worker"].update(allreduced=4.0 * ddp["n_params"], wire=123_456.0)
+    ddp["environment"]["netem"] = {
+        "topology": "switch", "bandwidth_mbit": 100.0, "driver_bandwidth_mbit": 100.0,
+        "queue_ms": 20.0,
+    }  # fmt: skip
+    ddp["recoveries"] = [
+        {"lost": [{"rank": 1}], "at_step": 2, "resumed_from": 0, "steps_replayed": 2,
+         "replaced": 1}
+    ]  # fmt: skip
+    text = format_results(ddp)
+    buckets = f"{4 * ddp['n_params']:,}"
+    assert re.search(rf"all-reduce buckets \(gloo\) +{buckets} +{buckets}\n", text), text
+    assert re.search(r"on the wire \(every packet\) +123,456\n", text)
+    assert "  network: emulated, switch at 100 Mbit/s, queues of 20 ms\n" in text
+    assert "  recovery: rank 1 lost at step 2, went on from step 0 (2 steps again" in text
+    assert "inside map's backward" in text and "gradient exchange" not in text

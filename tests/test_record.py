@@ -177,3 +177,31 @@ def test_no_file_before_the_first_row_and_a_resume_starts_with_the_earlier_rows(
     assert not path.exists()
     history.append([{"step": 1, "wall_s": 0.75}])
     assert [(r["step"], r["wall_s"]) for r in history.read()] == [(0, 0.5), (1, 0.75)]
+
+
+def test_ddps_map_never_outlasts_its_step_when_the_ranks_are_skewed(tmp_path):
+    """DDP's ranks run their own loop: a rank that began step s while a slower one still
+    finished step s - 1 waits for it in the all-reduce, inside its backward. Its map counted
+    from its own start (20.3 ms of map against a step of 16.3 ms); it counts from the step's
+    start, as the step does."""
+    log = TrainingLog("r0", 2, 96, None, HistoryFile(tmp_path / "history.csv"))
+    log.loop_begins(0, per_epoch=100)
+    records = []
+    for step in range(3):
+        t = 10.0 + 0.016 * step
+        for rank, (began, mapped) in enumerate([(t - 0.006, 0.020), (t, 0.012)]):
+            records += [
+                {"step": step, "rank": rank, "phase": "map", "start": began,
+                 "stop": began + mapped, "loss": 1.0, "allreduced": 4.0},
+                {"step": step, "rank": rank, "phase": "update", "start": began + mapped,
+                 "stop": began + mapped + 0.001},
+            ]  # fmt: skip
+    log.ingest([{"records": records, "out": [], "in": []}])
+    log.write_rows()
+    rows = log.rows()
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:  # the first step has no step before it: it starts with its first rank
+        assert r["step_s"] == pytest.approx(0.016)
+        assert r["map_s"] == pytest.approx(0.016 - 0.001)  # the step but the slow rank's update
+        assert r["map_s"] <= r["step_s"]
+    assert rows[0]["map_s"] == pytest.approx(0.020)  # from the loop's start: all its own

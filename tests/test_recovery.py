@@ -102,6 +102,10 @@ def test_a_lost_worker_is_replaced_and_the_run_goes_on_bit_for_bit(tmp_path, sig
     assert len(done_again) == event["steps_replayed"]
     kept = [int(r["step"]) for r in rows if r.get("replayed") != "1"]
     assert kept == list(range(STEPS))  # every step once, besides the ones done again
+    # the next attempt's times go on from the failed one's, recovery included (they started
+    # at 0 again: accuracy against time came out sawtoothed)
+    walls = [float(r["wall_s"]) for r in rows if r.get("replayed") != "1"]
+    assert walls == sorted(walls) and summary["time_s"]["total"] == walls[-1]
     reference = _reference(tmp_path, "reference", *common)
     assert summary["param_sha256"] == reference["param_sha256"]
 

@@ -95,6 +95,7 @@ class _Step:
     injected: dict = field(default_factory=dict)  # rank -> (drawn ms, slept ms)
     not_waited: set = field(default_factory=set)
     abandoned: set = field(default_factory=set)
+    map_stops: dict = field(default_factory=dict)  # rank -> when its map ended (ddp's loops)
 
 
 class TrainingLog:
@@ -135,6 +136,10 @@ class TrainingLog:
         self._per_epoch = 1
         self._loop_last: int | None = None  # the newest step :meth:`_loop_rows` made a row of
         self._loop_wall, self._loop_end = 0.0, None  # its wall time, and when it ended
+        #: added to every ``wall_s``: a recovery's next attempt goes on from the time the one
+        #: before it reached, and the recovery's own (its rows' times do not start again at 0)
+        self.wall_offset = 0.0
+        self.last_wall = 0.0  # the newest wall_s given, offset included
         self._first_map: int | None = None  # see steps_with_records
         self._complete = 0
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
@@ -177,6 +182,9 @@ class TrainingLog:
         st = self._step(step)
         if st is None:
             return
+        if fields.get("wall_s") is not None:
+            fields["wall_s"] += self.wall_offset
+            self.last_wall = max(self.last_wall, fields["wall_s"])
         st.row.update(fields)
         if fields.get("step_s") is not None:
             self._recent.append(fields["step_s"])
@@ -257,6 +265,13 @@ class TrainingLog:
                 event, _ = self.recovering
                 event["to_next_step_s"] = round(end - event["detected_unix"], 3)
                 self.recovering = None
+            # a rank that began the step before the slowest one ended the step before waits
+            # in its all-reduce for it: its map counts from the step's start, as the step does,
+            # so that no phase is longer than its step
+            maps = st.phase.get("map", {})
+            st.row["map_s"] = max(
+                min(maps[rank], stop - self._loop_end) for rank, stop in st.map_stops.items()
+            )
             self._loop_wall += end - self._loop_end
             self.driver_step(
                 step,
@@ -332,8 +347,10 @@ class TrainingLog:
             w[0], w[1] = max(w[0], rec["start"]), max(w[1], rec["stop"])
         else:
             st.phase[rec["phase"]][rec["rank"]] += rec["stop"] - rec["start"]
-            if rec["phase"] == "map" and (self._first_map is None or step < self._first_map):
-                self._first_map = step
+            if rec["phase"] == "map":
+                st.map_stops[rec["rank"]] = rec["stop"]
+                if self._first_map is None or step < self._first_map:
+                    self._first_map = step
         st.stop = max(st.stop, rec["stop"])
         st.start = rec["start"] if st.start is None else min(st.start, rec["start"])
         for name in ("multicast", "unicast", "params"):
