@@ -34,8 +34,9 @@ def app(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     Path(out_dir, ERROR_FILE).unlink(missing_ok=True)  # an earlier run's, in the same folder
     try:
-        # the jobs of a multirun share one emulated cluster (built once, removed at exit)
-        summary = run(cfg, out_dir=out_dir, reuse_network=multirun)
+        # the jobs of a multirun share one cluster, local or emulated (started once, closed
+        # at exit, or after a job that failed)
+        summary = run(cfg, out_dir=out_dir, reuse_cluster=multirun)
     except NetemRunFailed as e:  # the driver inside the emulated network printed the reason
         why = Path(out_dir, ERROR_FILE)  # and wrote it there
         return _failed(

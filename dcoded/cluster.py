@@ -242,6 +242,52 @@ def _dask_speaks_first(sock, address: str, timeout_s: float) -> None:
         )
 
 
+#: The local cluster kept between the runs of this process (:func:`kept_cluster`): its key,
+#: the stack that closes it, and its session.
+_KEPT: dict = {}
+
+
+def kept_cluster(cfg: Mapping, n_workers: int) -> Session:
+    """The local cluster an earlier run of this process kept, if it has the same settings
+    and all its ``n_workers`` workers; else a new one, kept for the next run (the jobs of a
+    multirun: a short job spent most of its time starting one). Closed by
+    :func:`close_kept_cluster`, and at the process's exit."""
+    import atexit
+    import json
+
+    key = json.dumps(
+        {k: v for k, v in cfg.items() if k != "connect_timeout_s"} | {"n": n_workers},
+        sort_keys=True,
+        default=str,
+    )
+    if _KEPT.get("key") == key:
+        session = _KEPT["session"]
+        try:
+            alive = len(session.client.scheduler_info()["workers"]) == n_workers
+        except Exception:
+            alive = False
+        if alive and session.client.status == "running":
+            return session
+    close_kept_cluster()
+    stack = contextlib.ExitStack()
+    session = stack.enter_context(open_cluster(cfg, n_workers))
+    if not _KEPT.get("registered"):
+        atexit.register(close_kept_cluster)
+    _KEPT.update(key=key, stack=stack, session=session, registered=True)
+    return session
+
+
+def close_kept_cluster() -> None:
+    """Close the cluster :func:`kept_cluster` kept, if any (a run that failed on it leaves the
+    next run a new one)."""
+    stack = _KEPT.pop("stack", None)
+    _KEPT.pop("key", None)
+    _KEPT.pop("session", None)
+    if stack is not None:
+        with contextlib.suppress(Exception):
+            stack.close()
+
+
 @contextlib.contextmanager
 def local_cluster(n_workers: int = 4, **settings) -> Iterator[Client]:
     """The local cluster ``run`` starts for ``cluster=local``, kept open for many runs: pass the

@@ -24,12 +24,12 @@ import types
 from collections.abc import Mapping
 from pathlib import Path
 
-from dcoded import files, netem
-from dcoded.cluster import attach_cluster, open_cluster
+from dcoded import files, loggers, netem
+from dcoded.cluster import attach_cluster, close_kept_cluster, kept_cluster, open_cluster
 from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
 from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context, Progress
-from dcoded.engine.record import HistoryFile, TrainingLog
+from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
@@ -42,8 +42,9 @@ def run(
     cfg: Mapping,
     out_dir: str | Path | None = None,
     progress: bool | None = None,
-    reuse_network: bool = False,
+    reuse_cluster: bool = False,
     client=None,
+    reuse_network: bool = False,
 ) -> dict:
     """Train as ``cfg`` says; write ``summary.json``, ``history.csv`` and ``theta.npy`` to
     ``out_dir`` (if given; checkpoints go there too) and return the summary.
@@ -52,8 +53,10 @@ def run(
     describes; it stays open, so a notebook can run many configs on one cluster (the first
     ``cluster.n_workers`` workers, in address order, are the run's).
 
-    ``reuse_network``: on ``cluster=netem``, keep the emulated cluster for the next run in
-    this process (the jobs of a multirun) instead of building one per run.
+    ``reuse_cluster``: keep the cluster this run starts (``cluster=local``, or the emulated
+    one of ``cluster=netem``) for the next run in this process with the same cluster settings
+    (the jobs of a multirun) instead of starting one per run; a run that fails closes it.
+    ``reuse_network``: its older name.
 
     A run that fails after training started keeps what it had: ``history.csv`` up to the
     failure and the last checkpoint, which the error message names. Stopped by Ctrl-C or
@@ -66,7 +69,7 @@ def run(
     (3, 'serial')
     """
     with sigterm_as_interrupt():
-        return _run(cfg, out_dir, progress, reuse_network, client)
+        return _run(cfg, out_dir, progress, reuse_cluster or reuse_network, client)
 
 
 def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
@@ -84,7 +87,7 @@ def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
         )
 
 
-def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, client) -> dict:
+def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> dict:
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
     if out_dir is not None:
@@ -96,15 +99,17 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
             raise ConfigError("cluster=netem builds its own cluster: do not pass a client")
         netem.check_available()  # the driver re-runs inside the emulated network
         run_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="dcn-"))
-        return netem.run_netem(c, run_dir, reuse=reuse_network)
+        loggers.make(c, run_dir)  # its library, before the network: the driver there logs
+        return netem.run_netem(c, run_dir, reuse=reuse)
     show = c.get("progress", True) if progress is None else progress
     run_dir = Path(out_dir) if out_dir is not None else None
+    logger = loggers.make(c, run_dir)  # a missing library: one line, before any cluster
     start = resume.step if resume else 0
     bar = Progress(spec.steps, spec.algorithm, initial=start) if show else None
     started, began = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     train_fn = trainer(spec.algorithm, spec.transport)
     earlier = earlier_history(c["train"]["resume"], resume.step) if resume else []
-    history = HistoryFile(run_dir / "history.csv" if run_dir else None, earlier)
+    history = loggers.LoggedHistory(run_dir / "history.csv" if run_dir else None, earlier, logger)
     log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None, history=history)
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
     if resume:
@@ -120,12 +125,16 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
         print(f"warning: {warning}", file=sys.stderr)
         log.note(warning)
     cluster_info: dict = {"kind": "none", "workers": []}
+    failed = False
+    logger.start(loggers.flat_params(spec.extra.get("config") or c))
     try:
         if spec.algorithm == "serial":
             theta = train_fn(ctx)
         else:
             if client is not None:
                 session_cm = attach_cluster(client, c["cluster"], spec.n_workers)
+            elif reuse and c["cluster"]["kind"] == "local":
+                session_cm = contextlib.nullcontext(kept_cluster(c["cluster"], spec.n_workers))
             else:
                 session_cm = open_cluster(c["cluster"], spec.n_workers)
             run_ids = [spec.run_id]  # one more for each recovery
@@ -164,13 +173,15 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
                 if wire0 is not None:
                     log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
     except BaseException as e:
+        failed = True
         spec, log = ctx.spec, ctx.log
         rows = []
         with contextlib.suppress(Exception):  # the error to report is e, whatever happens here
             rows = log.rows(ctx.start_step)  # every step's row is in history.csv now
         history.close()  # a temporary one, without a run folder
-        if isinstance(e, KeyboardInterrupt):
-            raise _interrupted(e, ctx, rows, cluster_info, started, began) from None
+        with contextlib.closing(logger):  # what it logged stays; without a summary, failed
+            if isinstance(e, KeyboardInterrupt):
+                raise _interrupted(e, ctx, rows, cluster_info, started, began, logger) from None
         if isinstance(e, RunError):
             raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
         raise
@@ -179,13 +190,19 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse_network: bool, clie
             bar.close()
         if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
             straggle.remove_stale(f"dcoded-{spec.run_id}-")
-    try:
-        rows = log.rows(ctx.start_step)
-    finally:
-        history.close()
-    summary = make_summary(spec, reference, log, rows, theta, cluster_info, started, began=began)
-    if run_dir is not None:
-        write_outputs(run_dir, summary, theta)
+        if failed and reuse:  # the next run gets a new cluster, not what this one left
+            close_kept_cluster()
+    with contextlib.closing(logger):  # however the end goes
+        try:
+            rows = log.rows(ctx.start_step)
+        finally:
+            history.close()
+        summary = make_summary(
+            spec, reference, log, rows, theta, cluster_info, started, began=began
+        )
+        if run_dir is not None:
+            write_outputs(run_dir, summary, theta)
+        logger.finish(summary)
     return summary
 
 
@@ -213,7 +230,7 @@ def resume_changes(resume, spec) -> str:
             "coding": {"redundancy": resume.meta.get("redundancy") if placed else None},
         }
     now = dict(leaves(spec.extra.get("config") or {}))
-    skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.")
+    skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.", "logger.")
     diffs = [
         f"{name} {old!r} -> {now.get(name)!r}"
         for name, old in leaves(before)
@@ -451,9 +468,16 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
 
 
 def _interrupted(
-    e: KeyboardInterrupt, ctx: Context, rows: list[dict], cluster_info: dict, started, began
+    e: KeyboardInterrupt,
+    ctx: Context,
+    rows: list[dict],
+    cluster_info: dict,
+    started,
+    began,
+    logger: loggers.Logger | None = None,
 ) -> Interrupted:
-    """Write the summary of what ran before the interruption; the one line to end on."""
+    """Write the summary of what ran before the interruption (and hand it to ``logger``); the
+    one line to end on."""
     signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
     line = f"stopped by {signal_name(signum)} before the first step"
     if rows:
@@ -472,6 +496,8 @@ def _interrupted(
             began=began,
         )
         write_summary(ctx.run_dir, summary)
+        if logger is not None:
+            logger.finish(summary)
         line += f"; history.csv and summary.json are in {ctx.run_dir}"
     return Interrupted(f"{line}; {_resume_hint(ctx)}", signum)
 

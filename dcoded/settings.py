@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from dcoded.data.dataset import DATASET_NAMES
 from dcoded.engine import ALGORITHMS
@@ -141,6 +142,20 @@ def _betas(v) -> bool:
     )
 
 
+def _local_store(v) -> bool:
+    """A local folder or a ``file:`` URI on this machine (no host): a store on the local disk.
+
+    >>> [_local_store(v) for v in ("mlruns", "/tmp/m", "file:///tmp/m", "http://h:5000")]
+    [True, True, True, False]
+    """
+    if not isinstance(v, str) or v in (MISSING, ""):
+        return False
+    parts = urlsplit(v)
+    if parts.scheme == "file":
+        return parts.netloc in ("", "localhost")
+    return parts.scheme == "" and "://" not in v
+
+
 #: The settings that select a config group's option, spelled as the group in messages.
 GROUP_CHOICES = {
     "algorithm.name": "algorithm",
@@ -148,6 +163,7 @@ GROUP_CHOICES = {
     "dataset.name": "dataset",
     "transport.name": "transport",
     "straggle.model": "straggle",
+    "logger.name": "logger",
 }
 
 #: The bounds of the sizes a config sets, so that none fills the memory before an error: the
@@ -259,6 +275,15 @@ SETTINGS: dict[str, Setting] = {
     "straggle.p": Setting("a probability in [0, 1]", lambda v: _is_number(v) and 0 <= v <= 1),
     "straggle.stall_ms": number(0, unit="ms"),
     "straggle.mean_ms": number(0, above=True, unit="ms"),
+    # logger: history.csv and summary.json always; tensorboard and mlflow write beside them
+    "logger.name": choice("csv", "tensorboard", "mlflow"),
+    "logger.log_dir": text(null="the run folder's tensorboard/"),
+    "logger.tracking_uri": Setting(
+        "a local folder or a file: URI (nothing beyond the local disk), or null (the run "
+        "folder's mlruns/)",
+        lambda v: v in (None, "") or _local_store(v),
+    ),
+    "logger.experiment_name": text(),
     # optimizer: these, and any other keyword the torch optimizer takes
     "optimizer._target_": text(),
     "optimizer._partial_": Setting(
@@ -279,7 +304,17 @@ SETTINGS: dict[str, Setting] = {
 BY_MODEL = {"dnn": integers(1, high=MAX_WIDTH), "cnn": integer(1, MAX_WIDTH)}
 
 #: The groups whose every key is a setting of dcoded (``optimizer``'s extra keys go to torch).
-GROUPS = ("algorithm", "train", "coding", "model", "dataset", "cluster", "transport", "straggle")
+GROUPS = (
+    "algorithm",
+    "train",
+    "coding",
+    "model",
+    "dataset",
+    "cluster",
+    "transport",
+    "straggle",
+    "logger",
+)
 
 
 def leaves(cfg: Mapping, prefix: str = "") -> list[tuple[str, Any]]:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import dcoded
+import dcoded.cluster
+import dcoded.run
 from dcoded import provenance
 from dcoded.engine.record import HISTORY_COLUMNS
 from tests.conftest import TINY
@@ -125,6 +127,30 @@ def test_multirun_sweeps_redundancy(tmp_path):
     summaries = sorted(tmp_path.glob("*/summary.json"))
     assert len(summaries) == 2
     assert {json.loads(p.read_text())["redundancy"] for p in summaries} == {1, 2}
+    # the jobs ran on one cluster, started once (a short job spent most of its time on it)
+    workers = [json.loads(p.read_text())["environment"]["workers"] for p in summaries]
+    assert workers[0] == workers[1] and len(workers[0]) == 4
+
+
+def test_a_kept_cluster_is_reused_with_the_same_settings_and_closed_after_a_failure():
+    from dcoded.cluster import _KEPT
+    from dcoded.config import compose_config
+    from dcoded.errors import RunError
+
+    try:
+        first = dcoded.run.run(compose_config(TINY), reuse_cluster=True)
+        again = dcoded.run.run(compose_config([*TINY, "train.seed=1"]), reuse_cluster=True)
+        assert first["environment"]["workers"] == again["environment"]["workers"]
+        kept = _KEPT["session"]
+        other = dcoded.run.run(compose_config([*TINY, "cluster.n_workers=3"]), reuse_cluster=True)
+        assert len(other["environment"]["workers"]) == 3 and _KEPT["session"] is not kept
+        with pytest.raises(RunError, match="did not finish within 1e-06s"):
+            dcoded.run.run(
+                compose_config([*TINY, "train.step_timeout_s=0.000001"]), reuse_cluster=True
+            )
+        assert "session" not in _KEPT  # a failed run leaves the next a new cluster
+    finally:
+        dcoded.cluster.close_kept_cluster()
 
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s

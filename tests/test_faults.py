@@ -47,8 +47,12 @@ def _run(tmp, name, *overrides):
         ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "optimizer=adam"],
         ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "transport=dask"],
         ["algorithm=ssgd"],
-        ["algorithm=ddp", "cluster.processes=true"],
-        ["algorithm=ddp", "cluster.processes=true", "optimizer=adam", "train.lr=0.01"],
+        # ddp needs worker processes (a gloo group each): real processes, the slow tier
+        pytest.param(["algorithm=ddp", "cluster.processes=true"], marks=pytest.mark.slow),
+        pytest.param(
+            ["algorithm=ddp", "cluster.processes=true", "optimizer=adam", "train.lr=0.01"],
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=[
         "serial",

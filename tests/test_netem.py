@@ -29,7 +29,15 @@ from tests.conftest import TINY, ctrl_c_able, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CAN_NETEM = os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc")
-needs_netem = pytest.mark.skipif(not CAN_NETEM, reason="needs root and iproute2 (ip, tc)")
+
+
+def needs_netem(test):
+    """A test that builds the emulated network: marked ``netem`` (``make test`` leaves it
+    out), and skipped, with the reason, without root and iproute2."""
+    skip = pytest.mark.skipif(not CAN_NETEM, reason="needs root and iproute2 (ip, tc)")
+    return pytest.mark.netem(skip(test))
+
+
 NETEM = ["cluster=netem"]
 
 

@@ -44,6 +44,7 @@ def sweep_jobs(experiment: str, size: str) -> list[list[str]]:
     return [[f"experiment={experiment}", f"size={size}", *job] for job in jobs]
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 @pytest.mark.parametrize("size", paths.SIZES)
 @pytest.mark.parametrize("experiment", list(paths.EXPERIMENTS))
 def test_every_job_of_every_sweep_is_a_valid_run(experiment, size):
@@ -668,6 +669,7 @@ def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
 LOCAL = ["size=small", "cluster=local"]
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_the_key_enumerates_the_jobs_as_hydra_does():
     """Every experiment: the same jobs as the product of its sweeper params; a sweep on the
     command line takes the place of the config's."""
@@ -682,6 +684,7 @@ def test_the_key_enumerates_the_jobs_as_hydra_does():
     assert all("hydra" not in c for _, c in jobs)
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_the_key_is_stable_and_follows_overrides_and_code():
     a = cache.plan("paper_phases", LOCAL, code="c1")
     assert cache.plan("paper_phases", LOCAL, code="c1") == a  # composed again: the same
@@ -708,6 +711,7 @@ def _conf_copy(tmp_path: Path, experiment: str, old: str, new: str) -> Path:
     return conf
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_the_key_follows_the_experiment_files(tmp_path):
     a = cache.plan("paper_phases", LOCAL, code="c")
     copy = _conf_copy(tmp_path / "same", "paper_phases", "", "")
@@ -767,6 +771,7 @@ def _finished(where: Path, plan: cache.Plan, **record) -> None:
     )
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_stage_2_warns_once_about_a_stale_sweep(tmp_path, monkeypatch, capsys):
     now = cache.plan("paper_phases", LOCAL)
     _finished(paths.sweep_dir(tmp_path, "small", "paper_phases"), now)
@@ -802,6 +807,7 @@ def _fake_runs(monkeypatch) -> list[list[str]]:
     return calls
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_stage_1_reruns_a_stale_sweep_and_keeps_a_fresh_one(tmp_path, monkeypatch, capsys):
     calls = _fake_runs(monkeypatch)
     where = paths.sweep_dir(tmp_path, "small", "paper_phases")
@@ -868,6 +874,7 @@ def test_stage_2_imports_nothing_of_stage_1():
     assert int(done.stdout) >= len(modules)
 
 
+@pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
 def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digits_one(
     tmp_path, monkeypatch
 ):

@@ -187,7 +187,10 @@ def test_predict_summary_prints_the_predicted_then_the_measured_step(tmp_path, c
     assert P.main(["--summary", str(tmp_path)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     expected = 1e3 * P.predict(P.scenario_of(summary)).step_s
-    assert last.startswith(f"predicted {expected:.1f} ms, measured 250.0 ms (")
+    assert last.startswith(f"predicted {expected:.1f} ms ± ")
+    err = P.Calibration.load().fitted_on["error_pct"]["cdc-multicast"]["held_out"]
+    assert f"± {err:.0f}% (the worst error of cdc-multicast on runs held out" in last
+    assert last.endswith(f"measured 250.0 ms ({100 * (expected / 250 - 1):+.1f}%)")
 
 
 def test_predict_says_impossible_and_exits_1(capsys):
@@ -218,7 +221,7 @@ def test_the_defaults_are_the_engines_and_the_help_shows_them(capsys):
     """Its cdc default was ``r=1 summed`` where ``python -m dcoded`` runs ``r=2 coded``."""
     from dcoded.config import config_defaults
 
-    assert P.main([]) == 0
+    assert P.main([]) == 1  # 10 Gbit/s, a machine per worker: outside the calibration
     described = capsys.readouterr().out.splitlines()[0]
     coding = config_defaults()["coding"]
     assert f"r={coding['redundancy']}" in described and coding["shuffle"] in described
@@ -252,6 +255,41 @@ def test_the_committed_calibration_is_the_fit_of_the_recorded_runs():
     for family, costs in again.costs.items():
         for name, value in vars(costs).items():
             assert getattr(cal.costs[family], name) == pytest.approx(value, rel=1e-6, abs=1e-12)
+
+
+def test_outside_its_calibration_it_says_so_instead_of_a_number(tmp_path, capsys):
+    """The default local run (loopback) was predicted at +184%; K = 16 multicast on a
+    10 Gbit/s bus at 5.35 s a step: neither is what the costs were fitted on."""
+    summary = _summary("cdc", 4, 2, "coded", "switch")
+    summary["environment"].pop("netem")  # cluster=local: no emulated link
+    summary["time_s"] = {"step_median": 0.030}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert P.main(["--summary", str(tmp_path)]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("not predicted: outside the calibration (no emulated link (loopback)")
+    args = ["-K", "16", "-r", "3", "--transport", "multicast", "--topology", "bus"]
+    assert P.main(args) == 1
+    out = capsys.readouterr().out
+    assert "10000 Mbit/s (fitted at 25 Mbit/s)" in out
+    assert not [ln for ln in out.splitlines() if ln.startswith("predicted")]
+    inside = P.predict(P.scenario_of(_summary("cdc", 6, 2, "coded", "switch")))
+    assert inside.outside == () and inside.error_pct is not None
+    other = P.predict(P.scenario_of(_summary("ssgd", 6, 1, "coded", "switch")))
+    fitted = "cdc-direct, cdc-multicast, ddp"
+    assert other.outside == (f"no runs of ssgd were fitted (fitted: {fitted})",)
+
+
+def test_no_prediction_goes_below_its_bound():
+    """It predicted link times below its own bound (49.0 against 53.4 ms): the fit holds the
+    link time at or above the bound, and no step is predicted shorter than it."""
+    cal = P.Calibration.load()
+    assert all(c.link_overhead >= 1.0 for c in cal.costs.values())
+    for summary in _recorded():
+        p = P.predict(P.scenario_of(summary), cal)
+        assert p.links_s >= p.bound_s and p.step_s >= p.bound_s
+    ddp = P.Scenario("ddp", 4, 100_000, 240, 100, bucket_mb=0.01, samples_per_s=1e3)
+    hides = P.predict(ddp, P.Calibration.zero())  # what ddp hides is at most its compute
+    assert 0 < hides.hidden_s < hides.compute_s and hides.step_s >= hides.bound_s
 
 
 def test_a_scenario_is_hashable_and_describes_itself():

@@ -35,6 +35,8 @@ OPTIONS = [
     ["straggle=exp"],
     ["transport=dask"],
     ["experiment=bench"],
+    ["logger=tensorboard"],
+    ["logger=mlflow"],
 ]  # fmt: skip
 
 

@@ -364,6 +364,7 @@ def test_a_straggler_that_is_dead_ends_the_step_as_a_dead_worker_does(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.netem
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(
     not (
