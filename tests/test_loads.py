@@ -424,3 +424,18 @@ def test_bounds_of_messages_on_each_topology():
     assert bounds.seconds({**net, "kind": "racks"}, uni) == 4.0  # 20 up rack 0 at 5
     with pytest.raises(ValueError, match="ring"):
         bounds.seconds({**net, "kind": "ring"}, uni)
+
+
+def test_the_readmes_make_loads_and_its_twin_print_the_same_table():
+    """``make loads ARGS="-K 6 -g 3"`` and its README twin ``... -d 17226`` printed different
+    units (a fraction of d, and bytes): each line's twin now takes the same arguments."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    pairs = re.findall(
+        r'^make loads ARGS="([^"]*)" +# or: \S+ -m dcoded\.coding (.*)$', readme, re.M
+    )
+    assert pairs, "the README's make loads line"
+    for make_args, twin_args in pairs:
+        assert make_args.split() == twin_args.split()
