@@ -15,10 +15,11 @@ from dcoded.coding import Placement, load_table
 from dcoded.results import (
     PHASES,
     SEED,
-    _is_job,
+    is_run_folder,
     load_run,
     load_sweep,
     read_history,
+    run_name,
     sweep_table,
     varying,
 )
@@ -228,13 +229,7 @@ def describe(summary: Mapping) -> str:
     ...           "dataset": "digits", "steps_done": 60, "batch_size": 96})
     'cdc K=4 r=2 g=4 coded via direct, dnn on digits, 60 steps of B=96'
     """
-    head = f"{summary['algorithm']} K={summary['n_workers']}"
-    if summary.get("redundancy") is not None:
-        head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
-        if summary.get("hybrid_m"):
-            head += f" m={summary['hybrid_m']}"
-    if summary.get("transport"):
-        head += f" via {summary['transport']}"
+    head = run_name(summary)
     head += (
         f", {summary['model']} on {summary['dataset']}, "
         f"{summary['steps_done']} steps of B={summary['batch_size']}"
@@ -681,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not where.is_dir():
             raise FileNotFoundError(f"{where} is not a folder")
-        if _is_job(where):
+        if is_run_folder(where):
             for name, fig in run_figures(where).items():
                 written.append(save(fig, out / f"{name}.png"))
         else:

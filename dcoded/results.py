@@ -67,6 +67,23 @@ LOG_SCALE = ("step_ms", "total_s")
 CONFIDENCE = 0.95
 
 
+def run_name(summary: Mapping, sep: str = " ") -> str:
+    """A run's algorithm and layout, as its summary has them (``sep`` after the algorithm).
+
+    >>> run_name({"algorithm": "cdc", "n_workers": 4, "redundancy": 2, "group_size": 4,
+    ...           "shuffle": "coded", "hybrid_m": None, "transport": "direct"})
+    'cdc K=4 r=2 g=4 coded via direct'
+    """
+    head = f"{summary['algorithm']}{sep}K={summary['n_workers']}"
+    if summary.get("redundancy") is not None:
+        head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
+        if summary.get("hybrid_m"):
+            head += f" m={summary['hybrid_m']}"
+    if summary.get("transport"):
+        head += f" via {summary['transport']}"
+    return head
+
+
 def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
     """``["model=cnn", "coding.redundancy=2"]`` as ``{key: value}`` (values as typed).
 
@@ -138,7 +155,8 @@ def typed(overrides: Mapping[str, str], config: Mapping) -> dict:
     return out
 
 
-def _is_job(folder: Path) -> bool:
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds one run (its Hydra record, summary or error), not a sweep."""
     return any(
         (folder / name).exists() for name in (".hydra/overrides.yaml", "summary.json", ERROR_FILE)
     )
@@ -149,7 +167,7 @@ def load_sweep(sweep_dir: str | Path) -> list[dict]:
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir} is not a folder (a multirun's hydra.sweep.dir)")
-    jobs = [load_run(f) for f in sorted(sweep_dir.iterdir()) if f.is_dir() and _is_job(f)]
+    jobs = [load_run(f) for f in sorted(sweep_dir.iterdir()) if f.is_dir() and is_run_folder(f)]
     return sorted(jobs, key=lambda j: (j["job"] is None, j["job"] or 0, j["dir"].name))
 
 
@@ -438,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     where = Path(args[0])
     try:
-        if where.is_dir() and _is_job(where):  # one run: read it, write nothing into it
+        if where.is_dir() and is_run_folder(where):  # one run: read it, write nothing into it
             rows, columns = sweep_table([load_run(where)])
             print(table_text(where, rows, columns).replace(" 1 jobs;", " 1 run;"), end="")
         else:

@@ -26,7 +26,7 @@ from dcoded.coding.stragglers import backup_bound
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
 from dcoded.provenance import code_version
-from dcoded.results import PHASES
+from dcoded.results import PHASES, run_name
 
 
 def theory(spec: RunSpec, d: int) -> dict:
@@ -267,13 +267,7 @@ def _times(t: Mapping) -> str:
 def format_results(summary: dict) -> str:
     """The short results table printed at the end of a run."""
     t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
-    head = f"{summary['algorithm']}  K={summary['n_workers']}"
-    if summary["redundancy"] is not None:
-        head += f" r={summary['redundancy']} g={summary['group_size']} {summary['shuffle']}"
-        if summary.get("hybrid_m"):
-            head += f" m={summary['hybrid_m']}"
-    if summary.get("transport"):
-        head += f" via {summary['transport']}"
+    head = run_name(summary, sep="  ")
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
         f"  {summary['steps']} steps x B={summary['batch_size']}"
