@@ -53,18 +53,18 @@ netem-cleanup: $(STAMP)
 # The fast tier: everything but the emulated network and the long real-process runs, on as
 # many pytest processes as the machine has cores, up to 4 (pytest-xdist): minutes.
 FAST := not slow and not netem
-PARALLEL := -n auto --maxprocesses 4
+PARALLEL := -n auto --maxprocesses 4 --dist worksteal
 test: $(STAMP)
 	@$(BIN)/python -m pytest $(PARALLEL) -m '$(FAST)' $(ARGS); status=$$?; \
 	echo "make test ran the fast tier (-m '$(FAST)'); make test-all runs every test" \
 	  "(the slow and netem ones too, as CI does: about 25 minutes on 2 cores)"; exit $$status
 
-# Every test, as CI runs it (.ci/run): the fast tier in parallel, then the slow and netem
-# tests one at a time (they time real processes and links). The netem tests need root and
-# iproute2 (skipped elsewhere, with the reason).
+# Every test, as CI runs it (.ci/run): the fast tier and the slow tests marked parallel_safe
+# in parallel, then the other slow and netem tests one at a time (they time real processes
+# and links). The netem tests need root and iproute2 (skipped elsewhere, with the reason).
 test-all: $(STAMP)
-	$(BIN)/python -m pytest $(PARALLEL) -m '$(FAST)' $(ARGS)
-	$(BIN)/python -m pytest -m 'not ($(FAST))' $(ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) -m '($(FAST)) or parallel_safe' $(ARGS)
+	$(BIN)/python -m pytest -m 'not ($(FAST)) and not parallel_safe' $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check dcoded tests paper

@@ -58,6 +58,7 @@ def _check_run(result: subprocess.CompletedProcess, where: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_the_readme_example_as_a_script_without_a_main_guard(tmp_path):
     """multiprocessing re-ran an unguarded script in every worker process: 552 lines of
     traceback and a history.csv with only its header."""
@@ -69,6 +70,7 @@ def test_the_readme_example_as_a_script_without_a_main_guard(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_the_readme_example_piped_to_python(tmp_path):
     """From stdin, the workers tried to run '<stdin>' as a file."""
     result = subprocess.run(
@@ -88,6 +90,7 @@ def test_run_shows_its_own_parameters():
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_the_readme_example_with_a_cluster_kept_open_piped_to_python(tmp_path):
     """The README's second block: one local cluster kept open for several configs (fewer steps
     here), piped to ``python -``. With Dask's own ``LocalCluster`` it failed with "Nanny failed

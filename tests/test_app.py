@@ -121,6 +121,7 @@ def test_a_failed_run_leaves_its_error_in_its_folder(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_multirun_sweeps_redundancy(tmp_path):
     result = _cli("-m", *TINY, "coding.redundancy=1,2", f"hydra.sweep.dir={tmp_path}")
     assert result.returncode == 0, result.stderr
@@ -155,6 +156,7 @@ def test_a_kept_cluster_is_reused_with_the_same_settings_and_closed_after_a_fail
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_default_experiment_on_worker_processes(tmp_path):
     """What `make run` runs: 4 worker processes, r=2, digits; it must reach 0.90, and equal
     the serial reference bit for bit."""

@@ -249,6 +249,7 @@ def test_the_experiment_files_sweep_the_benchs_runs_in_its_conditions():
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_a_small_bench_on_a_local_cluster_runs_its_sweeps_and_reads_them(tmp_path, capsys):
     out = tmp_path / "bench"
     flags = ["--cluster", "local", "--workers", "2", "--models", "dnn", "--baselines", "ssgd"]

@@ -298,6 +298,7 @@ def test_a_worker_that_cannot_read_the_data_is_named_before_training(
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_a_relative_dataset_path_reaches_a_worker_started_in_another_folder(tmp_path):
     """`dask worker` started by hand in another folder: a relative dataset.path was sent as
     it was typed, and the worker failed with "is not a folder", as if the driver's data were
@@ -363,6 +364,7 @@ def test_teardown_closes_and_counts_every_state_of_the_run():
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_runs_share_a_client_the_caller_made():
     """``run(cfg, client=...)``: a notebook's cluster serves several runs and stays up; each
     run drops its replicas from the workers when it ends, and trains as ``serial`` does."""
@@ -376,8 +378,9 @@ def test_runs_share_a_client_the_caller_made():
         ) as cluster,
         Client(cluster) as client,
     ):
+        before = set(registry._STATES)  # what other tests' in-process workers left, if any
         first = dcoded.run.run(tiny_config(*overrides), client=client)
-        assert not [k for k in registry._STATES if k[0].startswith("dc")]
+        assert not [k for k in registry._STATES if k not in before and k[0].startswith("dc")]
         second = dcoded.run.run(tiny_config(*overrides, "coding.shuffle=uncoded"), client=client)
         assert client.status == "running" and len(client.scheduler_info()["workers"]) == 3
     assert first["param_sha256"] == second["param_sha256"] == serial["param_sha256"]

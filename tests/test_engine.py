@@ -298,6 +298,7 @@ def test_parameter_server_bytes(train):
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_ddp_follows_ssgd_on_worker_processes(train, tmp_path):
     """DDP (gloo, in the Dask workers) applies the gradient ssgd applies: Σ grad / B over
     the same samples, split the same way; only the reduction order differs."""
@@ -408,3 +409,17 @@ def test_ddps_rendezvous_port_is_held_from_the_moment_it_is_chosen():
         assert peer.get("k") == b"v"
     finally:
         ddp._STORES.pop("held", None)
+
+
+def test_a_setup_that_comes_after_its_runs_teardown_keeps_nothing():
+    """A run that failed while its setup tasks still waited (a step timeout) tore down its
+    replicas, then the late tasks made theirs: left in workers that serve other runs."""
+    from dcoded.config import build_spec
+    from dcoded.engine import registry
+
+    spec, _, _ = build_spec(tiny_config())
+    registry.teardown("dc-late-setup")
+    registry.setup("dc-late-setup", 0, spec)
+    assert not [k for k in registry._STATES if k[0] == "dc-late-setup"]
+    registry.setup("dc-live-setup", 0, spec)  # a run not torn down keeps its replica
+    assert registry.teardown("dc-live-setup") == 1

@@ -35,6 +35,10 @@ def _run(tmp, name, *overrides):
     return dcoded.run.run(tiny_config(*overrides), out_dir=tmp / name)
 
 
+#: Worker processes, but only their bits are asserted: the slow tier, run beside others.
+SLOW_BITS = [pytest.mark.slow, pytest.mark.parallel_safe]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -48,10 +52,10 @@ def _run(tmp, name, *overrides):
         ["algorithm=cdc", "coding.redundancy=3", "cluster.n_workers=3", "transport=dask"],
         ["algorithm=ssgd"],
         # ddp needs worker processes (a gloo group each): real processes, the slow tier
-        pytest.param(["algorithm=ddp", "cluster.processes=true"], marks=pytest.mark.slow),
+        pytest.param(["algorithm=ddp", "cluster.processes=true"], marks=SLOW_BITS),
         pytest.param(
             ["algorithm=ddp", "cluster.processes=true", "optimizer=adam", "train.lr=0.01"],
-            marks=pytest.mark.slow,
+            marks=SLOW_BITS,
         ),
     ],
     ids=[

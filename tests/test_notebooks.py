@@ -29,6 +29,7 @@ def test_there_are_notebooks_and_they_are_stored_without_outputs():
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
+@pytest.mark.parallel_safe  # runs each notebook; asserts what it shows, not how fast
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, monkeypatch, tmp_path):
     monkeypatch.setenv("MPLBACKEND", "Agg")

@@ -4,7 +4,9 @@ summaries and with the closed forms."""
 
 from __future__ import annotations
 
+import copy
 import csv
+import functools
 import json
 import re
 import shutil
@@ -44,14 +46,37 @@ def sweep_jobs(experiment: str, size: str) -> list[list[str]]:
     return [[f"experiment={experiment}", f"size={size}", *job] for job in jobs]
 
 
+_REAL_SWEEP_JOBS = cache.sweep_jobs
+
+
+@functools.cache
+def _composed(experiment: str, overrides: tuple[str, ...], config_dir) -> list:
+    return _REAL_SWEEP_JOBS(experiment, list(overrides), config_dir)
+
+
+@pytest.fixture
+def composed_once(monkeypatch):
+    """``cache.sweep_jobs`` composes each sweep (its experiment, overrides and config folder)
+    once in this process, and hands out copies: Hydra takes about a second a sweep, and these
+    tests ask for the same sweeps again and again. (The test that composing again gives the
+    same key composes for real.)"""
+
+    def once(experiment, overrides, config_dir=None):
+        return copy.deepcopy(_composed(experiment, tuple(overrides), config_dir))
+
+    monkeypatch.setattr(cache, "sweep_jobs", once)
+
+
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
+@pytest.mark.parallel_safe
 @pytest.mark.parametrize("size", paths.SIZES)
 @pytest.mark.parametrize("experiment", list(paths.EXPERIMENTS))
-def test_every_job_of_every_sweep_is_a_valid_run(experiment, size):
-    jobs = sweep_jobs(experiment, size)
-    assert len(jobs) >= 4
-    for job in jobs:
-        build_spec(compose_config(job))  # raises ConfigError on anything impossible
+def test_every_job_of_every_sweep_is_a_valid_run(experiment, size, composed_once):
+    """Each job as the multirun composes it (Hydra's basic sweeper and launcher)."""
+    jobs = cache.sweep_jobs(experiment, [f"size={size}"])
+    assert len(jobs) >= 4 and len(jobs) == len(sweep_jobs(experiment, size))
+    for _, cfg in jobs:
+        build_spec(cfg)  # raises ConfigError on anything impossible
 
 
 def test_the_sweeps_cover_what_the_results_need():
@@ -540,6 +565,7 @@ def _csv(path: Path) -> list[dict]:
 
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
+@pytest.mark.parallel_safe  # real sweeps, but none of their times is asserted
 def test_both_stages_end_to_end_on_a_local_cluster(tmp_path):
     results, out = tmp_path / "results", tmp_path / "out"
     first = _stage1(results)
@@ -670,7 +696,8 @@ LOCAL = ["size=small", "cluster=local"]
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
-def test_the_key_enumerates_the_jobs_as_hydra_does():
+@pytest.mark.parallel_safe
+def test_the_key_enumerates_the_jobs_as_hydra_does(composed_once):
     """Every experiment: the same jobs as the product of its sweeper params; a sweep on the
     command line takes the place of the config's."""
     for experiment in paths.EXPERIMENTS:
@@ -685,6 +712,7 @@ def test_the_key_enumerates_the_jobs_as_hydra_does():
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
+@pytest.mark.parallel_safe
 def test_the_key_is_stable_and_follows_overrides_and_code():
     a = cache.plan("paper_phases", LOCAL, code="c1")
     assert cache.plan("paper_phases", LOCAL, code="c1") == a  # composed again: the same
@@ -712,7 +740,8 @@ def _conf_copy(tmp_path: Path, experiment: str, old: str, new: str) -> Path:
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
-def test_the_key_follows_the_experiment_files(tmp_path):
+@pytest.mark.parallel_safe
+def test_the_key_follows_the_experiment_files(tmp_path, composed_once):
     a = cache.plan("paper_phases", LOCAL, code="c")
     copy = _conf_copy(tmp_path / "same", "paper_phases", "", "")
     assert cache.plan("paper_phases", LOCAL, config_dir=copy, code="c").key == a.key
@@ -772,7 +801,8 @@ def _finished(where: Path, plan: cache.Plan, **record) -> None:
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
-def test_stage_2_warns_once_about_a_stale_sweep(tmp_path, monkeypatch, capsys):
+@pytest.mark.parallel_safe
+def test_stage_2_warns_once_about_a_stale_sweep(tmp_path, monkeypatch, capsys, composed_once):
     now = cache.plan("paper_phases", LOCAL)
     _finished(paths.sweep_dir(tmp_path, "small", "paper_phases"), now)
     assert results.stale(tmp_path, "small", "paper_phases") is None
@@ -808,7 +838,10 @@ def _fake_runs(monkeypatch) -> list[list[str]]:
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
-def test_stage_1_reruns_a_stale_sweep_and_keeps_a_fresh_one(tmp_path, monkeypatch, capsys):
+@pytest.mark.parallel_safe
+def test_stage_1_reruns_a_stale_sweep_and_keeps_a_fresh_one(
+    tmp_path, monkeypatch, capsys, composed_once
+):
     calls = _fake_runs(monkeypatch)
     where = paths.sweep_dir(tmp_path, "small", "paper_phases")
 
@@ -875,8 +908,9 @@ def test_stage_2_imports_nothing_of_stage_1():
 
 
 @pytest.mark.slow  # composes every job of the paper's sweeps with Hydra (minutes)
+@pytest.mark.parallel_safe
 def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digits_one(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, composed_once
 ):
     """``make paper MNIST=DIR`` with IDX files written here: every sweep composes with them
     (and one job builds its run from them), except paper_accuracy_digits, which keeps the

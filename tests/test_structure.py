@@ -164,6 +164,7 @@ def test_every_dcoded_exception_derives_from_the_one_base():
 
 
 @pytest.mark.slow
+@pytest.mark.parallel_safe
 def test_a_plain_install_runs_from_any_folder(tmp_path):
     """``pip install .`` (not editable) into a fresh venv, then ``python -m dcoded`` from an
     empty folder: the configs come with the package. The new venv borrows this one's

@@ -95,7 +95,8 @@ class _Step:
     injected: dict = field(default_factory=dict)  # rank -> (drawn ms, slept ms)
     not_waited: set = field(default_factory=set)
     abandoned: set = field(default_factory=set)
-    map_stops: dict = field(default_factory=dict)  # rank -> when its map ended (ddp's loops)
+    #: phase -> rank -> when its map or shuffle ended (ddp's loops, see _loop_rows)
+    stops: defaultdict = field(default_factory=lambda: defaultdict(dict))
 
 
 class TrainingLog:
@@ -266,12 +267,13 @@ class TrainingLog:
                 event["to_next_step_s"] = round(end - event["detected_unix"], 3)
                 self.recovering = None
             # a rank that began the step before the slowest one ended the step before waits
-            # in its all-reduce for it: its map counts from the step's start, as the step does,
-            # so that no phase is longer than its step
-            maps = st.phase.get("map", {})
-            st.row["map_s"] = max(
-                min(maps[rank], stop - self._loop_end) for rank, stop in st.map_stops.items()
-            )
+            # in its all-reduce for it: its map (and the all-reduce inside it) counts from the
+            # step's start, as the step does, so that no phase is longer than its step
+            for phase, stops in st.stops.items():
+                took = st.phase.get(phase, {})
+                st.row[f"{phase}_s"] = max(
+                    min(took[rank], stop - self._loop_end) for rank, stop in stops.items()
+                )
             self._loop_wall += end - self._loop_end
             self.driver_step(
                 step,
@@ -347,10 +349,10 @@ class TrainingLog:
             w[0], w[1] = max(w[0], rec["start"]), max(w[1], rec["stop"])
         else:
             st.phase[rec["phase"]][rec["rank"]] += rec["stop"] - rec["start"]
-            if rec["phase"] == "map":
-                st.map_stops[rec["rank"]] = rec["stop"]
-                if self._first_map is None or step < self._first_map:
-                    self._first_map = step
+            if rec["phase"] in ("map", "shuffle"):
+                st.stops[rec["phase"]][rec["rank"]] = rec["stop"]
+            if rec["phase"] == "map" and (self._first_map is None or step < self._first_map):
+                self._first_map = step
         st.stop = max(st.stop, rec["stop"])
         st.start = rec["start"] if st.start is None else min(st.start, rec["start"])
         for name in ("multicast", "unicast", "params"):

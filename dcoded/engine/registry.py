@@ -35,6 +35,9 @@ PACES = 8
 
 _LOCK = threading.Lock()
 _STATES: dict[tuple[str, int], WorkerState] = {}
+#: The runs torn down in this process, newest last (a setup task still queued when its run
+#: failed would otherwise leave its replica behind, in a worker that serves other runs).
+_TORN_DOWN: deque[str] = deque(maxlen=1000)
 _RECORDS: dict[str, list[dict]] = defaultdict(list)
 
 
@@ -156,6 +159,9 @@ def setup(
     else:
         result = np.zeros(0, np.float32)
     with _LOCK:
+        if run_id in _TORN_DOWN:  # its run ended while this task waited: keep nothing
+            st.close()
+            return result
         _STATES[(run_id, rank)] = st
     st.throttle = throttle(run_id, rank, spec)
     return result
@@ -208,6 +214,7 @@ def teardown(run_id: str, dask_worker=None) -> int:
         gone = [k for k in _STATES if k[0] == run_id]
         states = [_STATES.pop(k) for k in gone]
         _RECORDS.pop(run_id, None)
+        _TORN_DOWN.append(run_id)
     for state in states:
         state.close()
     return len(states)
