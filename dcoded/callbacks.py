@@ -46,13 +46,19 @@ class SweepTable(Callback):
 
 def bad_jobs(master: DictConfig) -> list[str]:
     """``job N (overrides): why`` for each job of the multirun ``master`` that its run would
-    refuse before starting. The data each job names is loaded once per process."""
+    refuse before starting. The data each job names is loaded once per process. Only where
+    the jobs run here (Hydra's basic launcher and sweeper); a job whose config needs its own
+    Hydra values (``${hydra:runtime.output_dir}``), or that fails other than by a refusal, is
+    left to show it when it runs."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from dcoded.config import build_spec, sweep_jobs
     from dcoded.errors import DcodedError
 
+    launcher = str(master.hydra.launcher.get("_target_", ""))
+    if not launcher.endswith("BasicLauncher"):  # jobs elsewhere: their data, their paths
+        return []
     try:
         jobs = sweep_jobs(master)
     except ValueError:  # another sweeper: its jobs are checked as each one runs
@@ -69,6 +75,14 @@ def bad_jobs(master: DictConfig) -> list[str]:
         try:
             build_spec(cfg)
         except DcodedError as e:
+            if str(e).startswith(UNRESOLVED):  # ${hydra:...} has its value only in the job
+                continue
             named = [o for o in overrides if o.split("=", 1)[0] in swept] or overrides
             bad.append(f"job {num} ({' '.join(named)}): {e}")
+        except Exception:  # not a refusal: the job shows it when it runs, as before
+            continue
     return bad
+
+
+#: How :func:`dcoded.config.plain` begins a config it cannot resolve.
+UNRESOLVED = "the config cannot be resolved"

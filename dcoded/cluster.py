@@ -95,10 +95,8 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
         settings["distributed.worker.multiprocessing-method"] = start_method
     with stack, dask.config.set(settings):
         if cfg["kind"] == "local":
-            hidden = contextlib.ExitStack()
-            if processes:  # while the cluster lives (spawn), or until the forkserver is up
-                hidden.enter_context(_main_not_rerun())
-                stack.enter_context(hidden)
+            if processes:  # while the cluster lives: a worker restarted later starts too
+                stack.enter_context(_main_not_rerun())
             if processes and start_method == "forkserver":
                 _preload_forkserver()
             # loopback only, nothing is exposed; in-process workers talk in memory (inproc://)
@@ -130,8 +128,6 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                 )
                 client = Client(cluster)
                 stack.callback(_close, client)
-            if start_method == "forkserver":  # later workers fork from the server, not main
-                hidden.close()
         else:
             if "given" not in cfg:  # a user's scheduler (netem's own is known to be up)
                 timeout = cfg.get("connect_timeout_s", 10)
@@ -262,8 +258,11 @@ def kept_cluster(cfg: Mapping, n_workers: int) -> Session:
     )
     if _KEPT.get("key") == key:
         session = _KEPT["session"]
-        try:
-            alive = len(session.client.scheduler_info()["workers"]) == n_workers
+        try:  # the same workers (a recovery's replacement has another address)
+            now = session.client.sync(
+                session.client.scheduler.identity, n_workers=-1, callback_timeout=10
+            )["workers"]
+            alive = sorted(now)[:n_workers] == session.workers
         except Exception:
             alive = False
         if alive and session.client.status == "running":
@@ -295,6 +294,9 @@ def local_cluster(n_workers: int = 4, **settings) -> Iterator[Client]:
     (``dashboard=True``, ``start_method="spawn"``). Like ``run``'s own cluster, it starts its
     worker processes without re-running the caller's script, so a script needs no
     ``if __name__ == "__main__":`` guard and works piped to ``python -``; closed on exit.
+    While it is open, the script's ``__file__`` is hidden from ``__main__`` (multiprocessing
+    reads it to re-run the script in every worker it starts, a restarted one too): read it
+    before the ``with``.
 
     >>> from dcoded import compose_config, run
     >>> with local_cluster(2) as client:  # doctest: +SKIP

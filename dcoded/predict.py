@@ -519,9 +519,9 @@ def outside_calibration(s: Scenario, cal: Calibration) -> list[str]:
     if s.model not in d["models"]:
         out.append(f"model {s.model} (fitted: {', '.join(d['models'])})")
     shared = s.cores is not None
-    if "shared" in d and shared != d["shared"]:
+    if "shared" in d and shared not in d["shared"]:
         how = {True: "workers sharing one machine", False: "a machine per worker"}
-        out.append(f"{how[shared]} (fitted on {how[d['shared']]})")
+        out.append(f"{how[shared]} (fitted on {' and '.join(how[x] for x in d['shared'])})")
     return out
 
 
@@ -679,7 +679,7 @@ def fit(
                 "rate_mbit": [min(d["rate_mbit"]), max(d["rate_mbit"])],
                 "topologies": sorted(d["topologies"]),
                 "models": sorted(d["models"]),
-                "shared": d["shared"] == {True},
+                "shared": sorted(d["shared"]),  # whether the workers shared one machine
             }
             for f, d in domain.items()
             if f in used
@@ -930,9 +930,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     if a.summary:
         y = measured_step(summary)
-        line += f", measured {1e3 * y:.1f} ms ({100 * (p.step_s - y) / y:+.1f}%)"
+        line += f", measured {1e3 * y:.1f} ms"
+        if not p.outside:
+            line += f" ({100 * (p.step_s - y) / y:+.1f}%)"
     print(line)
-    return 1 if p.outside else 0
+    return OUTSIDE if p.outside else 0
+
+
+#: The exit status of a scenario outside the calibration (1: an impossible layout; 2: usage).
+OUTSIDE = 3
 
 
 if __name__ == "__main__":

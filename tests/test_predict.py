@@ -221,7 +221,7 @@ def test_the_defaults_are_the_engines_and_the_help_shows_them(capsys):
     """Its cdc default was ``r=1 summed`` where ``python -m dcoded`` runs ``r=2 coded``."""
     from dcoded.config import config_defaults
 
-    assert P.main([]) == 1  # 10 Gbit/s, a machine per worker: outside the calibration
+    assert P.main([]) == P.OUTSIDE  # 10 Gbit/s, a machine per worker: not calibrated
     described = capsys.readouterr().out.splitlines()[0]
     coding = config_defaults()["coding"]
     assert f"r={coding['redundancy']}" in described and coding["shuffle"] in described
@@ -264,11 +264,12 @@ def test_outside_its_calibration_it_says_so_instead_of_a_number(tmp_path, capsys
     summary["environment"].pop("netem")  # cluster=local: no emulated link
     summary["time_s"] = {"step_median": 0.030}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    assert P.main(["--summary", str(tmp_path)]) == 1
+    assert P.main(["--summary", str(tmp_path)]) == P.OUTSIDE == 3
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("not predicted: outside the calibration (no emulated link (loopback)")
+    assert last.endswith("measured 30.0 ms")  # no error of a number it did not give
     args = ["-K", "16", "-r", "3", "--transport", "multicast", "--topology", "bus"]
-    assert P.main(args) == 1
+    assert P.main(args) == P.OUTSIDE
     out = capsys.readouterr().out
     assert "10000 Mbit/s (fitted at 25 Mbit/s)" in out
     assert not [ln for ln in out.splitlines() if ln.startswith("predicted")]

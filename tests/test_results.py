@@ -272,3 +272,16 @@ def test_a_seed_table_never_gives_a_time_interval_below_zero():
     assert row["step_ms_mean"] == pytest.approx(sum(ms) / 3)
     t_half = 4.302652729911275 * row["test_accuracy_std"] / 3**0.5  # t(0.975, 2)
     assert row["test_accuracy_lo"] == pytest.approx(row["test_accuracy_mean"] - t_half)
+
+
+def test_a_job_value_from_its_own_hydra_config_does_not_refuse_the_sweep(tmp_path):
+    """``${hydra:runtime.output_dir}`` has its value only in the job: the check before the
+    sweep leaves it to the job instead of refusing every job."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dcoded", "-m", *TINY, "train.steps=2", "train.seed=0,1",
+         "+where=${hydra:runtime.output_dir}", f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    where = [json.loads(p.read_text())["config"]["where"] for p in tmp_path.glob("*/summary.json")]
+    assert sorted(where) == sorted(str(p.parent) for p in tmp_path.glob("*/summary.json"))
