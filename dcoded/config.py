@@ -285,6 +285,11 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     n_train = len(cached_dataset(dataset).y_train)  # loads the data, once per process
     if batch > n_train:
         raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
+    # the scale model (on the emulated network, its driver is told the TDF): every timer that
+    # stands for a network or compute time is multiplied by it, every rate divided
+    tdf = float((cluster.get("scale") or {}).get("tdf", 1.0))
+    if paces:
+        paces = {phase: pace / tdf for phase, pace in paces.items()}
     spec = RunSpec(
         algorithm=algorithm,
         n_workers=n_workers,
@@ -301,17 +306,17 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         eval_every=int(train.get("eval_every", 50) or 0),
         torch_threads=int(cluster.get("torch_threads", 1)),
         run_id="dc" + uuid.uuid4().hex[:10],
-        step_timeout_s=float(train.get("step_timeout_s", 300)),
+        step_timeout_s=float(train.get("step_timeout_s", 300)) * tdf,
         checkpoint_every=int(train.get("checkpoint_every") or 0),
         on_worker_loss=str(train.get("on_worker_loss") or "stop"),
-        replace_within_s=float(train.get("replace_within_s", 30)),
+        replace_within_s=float(train.get("replace_within_s", 30)) * tdf,
         pipeline=bool(train.get("pipeline", True)),
         transport=transport,
         steps_per_task=steps_per_task,
         overlap=bool(transport_cfg.get("overlap", True)),
         pace_mbit=paces,
         test_drop=float(transport_cfg.get("test_drop") or 0.0),
-        repair_after_s=repair_after / 1000,
+        repair_after_s=repair_after / 1000 * tdf,
         stragglers=stragglers,
         straggler_grace=float(grace),
         straggle=straggle_cfg,
@@ -320,6 +325,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             if c["algorithm"].get("bucket_cap_mb") is not None
             else None
         ),
+        dilation=tdf,
         extra={"notes": notes, "warnings": warnings, "config": _as_given(c)},
     )
     try:

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dcoded import files
+from dcoded import files, scale
 from dcoded.errors import NetemRunFailed, NetemUnavailable
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find; the
@@ -93,6 +93,9 @@ class Links:
     queue_ms: float = QUEUE_MS
     rack_size: int | None = None
     uplink_mbit: float | None = None
+    #: each worker's process pinned to one core (``cluster.pin_workers``): with as many workers
+    #: as cores, the truth the scale model is checked against
+    pin_workers: bool = False
 
     @classmethod
     def from_config(cls, cluster: Mapping) -> Links:
@@ -103,6 +106,7 @@ class Links:
             queue_ms=float(cluster.get("queue_ms") or QUEUE_MS),
             rack_size=cluster.get("rack_size"),
             uplink_mbit=cluster.get("uplink_mbit"),
+            pin_workers=bool(cluster.get("pin_workers")),
         )
 
     def host_rate(self, name: str) -> float:
@@ -154,6 +158,11 @@ def check_links(cluster: Mapping, n_workers: int) -> None:
             raise ValueError(
                 "cluster.topology=racks needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
             )
+    if cluster.get("scale_model"):
+        scale.from_config(cluster, hosts=n_workers + 2)  # ValueError naming the setting
+        why = scale.usable()
+        if why:
+            raise ValueError(f"cluster.scale_model=true {why}")
 
 
 @dataclass
@@ -165,6 +174,14 @@ class Network:
     processes: list[subprocess.Popen] = field(default_factory=list)
     logs: list = field(default_factory=list)  # open log files of those processes
     scratch: str | None = None  # the workers' scratch folder (removed with the network)
+    #: the scale model (``cluster.scale_model``): every host in a CPU cgroup of its own, the
+    #: links and timers dilated by its TDF; ``None``: the hosts share the machine freely
+    model: scale.ScaleModel | None = None
+    groups: scale.HostGroups | None = None
+
+    @property
+    def tdf(self) -> float:
+        return self.model.tdf if self.model else 1.0
 
     @property
     def scheduler_address(self) -> str:
@@ -202,10 +219,14 @@ def _tc(ns: str, *args: str) -> None:
         raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
 
 
-def _tbf(ns: str, ifname: str, rate_mbit: float, queue_ms: float = QUEUE_MS) -> None:
+def _tbf(
+    ns: str, ifname: str, rate_mbit: float, queue_ms: float = QUEUE_MS, tdf: float = 1.0
+) -> None:
     """Cap egress of ``ifname`` at ``rate_mbit`` (token bucket; burst sized for the rate), with
-    a queue that holds ``queue_ms`` of traffic."""
+    a queue that holds ``queue_ms`` of traffic. Dilated by ``tdf`` (the scale model): the rate
+    is divided by it and the queue and burst keep their size in bytes."""
     burst = max(int(rate_mbit * 1e6 / 8 / 250), 16_000)  # about 4 ms of traffic, >= 16 kB
+    rate_mbit, queue_ms = rate_mbit / tdf, queue_ms * tdf
     _tc(
         ns,
         "qdisc",
@@ -223,14 +244,17 @@ def _tbf(ns: str, ifname: str, rate_mbit: float, queue_ms: float = QUEUE_MS) -> 
     )
 
 
-def build(n_workers: int, links: Links) -> Network:
-    """Make the namespaces, the bridges and the shaped links (no processes yet)."""
+def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -> Network:
+    """Make the namespaces, the bridges and the shaped links (no processes yet); with
+    ``model`` (the scale model) a CPU cgroup per host too."""
     check_available()
     run = f"{uuid.uuid4().hex[:6]}p{os.getpid()}"  # the builder's pid: cleanup spares a live run
-    net = Network(run=run, hub=f"{prefix()}-{run}-hub", links=links)
+    net = Network(run=run, hub=f"{prefix()}-{run}-hub", links=links, model=model)
     names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
     hub = net.hub
     try:
+        if model is not None:
+            net.groups = scale.HostGroups(f"{prefix()}-{run}", names, model)
         _ip("netns", "add", hub)
         _bridge(hub, "br0")
         if links.topology == "racks":
@@ -331,19 +355,73 @@ def _shape(net: Network) -> None:
     """Set every shaped queue to the network's rates: each host's link both ways (egress of
     the host's end: what it sends; of the bridge's end: what it receives), the bus, and the
     rack uplinks both ways."""
-    links = net.links
+    links, tdf = net.links, net.tdf
     for i, host in enumerate(net.hosts.values()):  # the order build() gave the hub ends
         host.rate_mbit = links.host_rate(host.name)
-        _tbf(host.ns, "eth0", host.rate_mbit, links.queue_ms)
-        _tbf(net.hub, f"v{i}", host.rate_mbit, links.queue_ms)
+        _tbf(host.ns, "eth0", host.rate_mbit, links.queue_ms, tdf)
+        _tbf(net.hub, f"v{i}", host.rate_mbit, links.queue_ms, tdf)
     if links.topology == "bus":
-        _tbf(net.hub, "ifb0", links.rate_mbit, links.queue_ms)
+        _tbf(net.hub, "ifb0", links.rate_mbit, links.queue_ms, tdf)
     for r in range(n_racks(len(net.workers()), links)):
         for end in (f"u{r}", f"c{r}"):
-            _tbf(net.hub, end, links.uplink_mbit, links.queue_ms)
+            _tbf(net.hub, end, links.uplink_mbit, links.queue_ms, tdf)
 
 
-def _in_ns(host: Host, argv: list[str], env: Mapping | None = None, **kw) -> subprocess.Popen:
+def hub_queues(net: Network) -> dict[str, str]:
+    """The shaped queues in the hub, by what they carry: ``"w0 in"`` (what host w0 receives),
+    ``"bus"``, ``"rack0 up"`` and ``"rack0 down"``; values are the devices."""
+    out = {f"{host.name} in": f"v{i}" for i, host in enumerate(net.hosts.values())}
+    if net.links.topology == "bus":
+        out["bus"] = "ifb0"
+    for r in range(n_racks(len(net.workers()), net.links)):
+        out[f"rack{r} up"], out[f"rack{r} down"] = f"u{r}", f"c{r}"
+    return out
+
+
+def queue_rates(net: Network) -> dict[str, float]:
+    """The real (dilated) rate of each of :func:`hub_queues`, Mbit/s."""
+    rates = {f"{h.name} in": net.links.host_rate(h.name) for h in net.hosts.values()}
+    if net.links.topology == "bus":
+        rates["bus"] = net.links.rate_mbit
+    for r in range(n_racks(len(net.workers()), net.links)):
+        rates[f"rack{r} up"] = rates[f"rack{r} down"] = net.links.uplink_mbit
+    return {k: float(v) / net.tdf for k, v in rates.items()}
+
+
+def queue_counters(net: Network) -> dict[str, dict[str, int]]:
+    """Bytes sent and the backlog now of each of :func:`hub_queues` (``tc -s -j``)."""
+    text = subprocess.run(
+        ["tc", "-n", net.hub, "-s", "-j", "qdisc", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    by_dev = {q.get("dev"): q for q in json.loads(text or "[]") if q.get("root")}
+    out = {}
+    for name, dev in hub_queues(net).items():
+        q = by_dev.get(dev)
+        if q is not None:
+            out[name] = {"bytes": int(q.get("bytes", 0)), "backlog": int(q.get("backlog", 0))}
+    return out
+
+
+def _in_ns(
+    host: Host,
+    argv: list[str],
+    env: Mapping | None = None,
+    net: Network | None = None,
+    cpu: int | None = None,
+    **kw,
+) -> subprocess.Popen:
+    """Start ``argv`` in ``host``'s namespace (and, under the scale model, its CPU cgroup;
+    with ``cpu``, pinned to that core)."""
+    steps = []
+    if net is not None and net.groups is not None:
+        steps.append(net.groups.enter(host.name))
+    if cpu is not None:
+        steps.append(lambda: os.sched_setaffinity(0, {cpu}))
+    if steps:
+        kw["preexec_fn"] = lambda: [step() for step in steps]
     return subprocess.Popen(
         ["ip", "netns", "exec", host.ns, *argv],
         env={**os.environ, **(env or {})},
@@ -354,7 +432,9 @@ def _in_ns(host: Host, argv: list[str], env: Mapping | None = None, **kw) -> sub
 
 def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> None:
     """Start ``dask scheduler`` and one single-threaded ``dask worker`` per worker namespace
-    (each worker's scratch space in a folder of the network's own, not Dask's shared one)."""
+    (each worker's scratch space in a folder of the network's own, not Dask's shared one);
+    with ``net.links.pin_workers`` worker ``k`` pinned to core ``k`` mod the cores."""
+    cpus = sorted(os.sched_getaffinity(0))
     _own_folder(log_dir)
     net.scratch = tempfile.mkdtemp(prefix=f"{net.hub.removesuffix('-hub')}-")  # mode 0700
     bindir = Path(sys.executable).parent
@@ -373,11 +453,20 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                 str(SCHEDULER_PORT),
                 "--no-dashboard",
             ],
+            net=net,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     )
     for host in net.workers():
+        # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker reaches the
+        # host's (straggle=slow: a group inside its own host's, under the scale model) through
+        # this process's root
+        cgroups = f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu"
+        extra = {}
+        if net.groups is not None:
+            cgroups += "/" + net.groups.cpu(host.name).name
+            extra["DCODED_HOST_CORES"] = repr(net.model.quota_cores)
         out = files.create(log_dir / f"worker-{host.name}.log")  # closed by destroy()
         net.logs.append(out)
         net.processes.append(
@@ -404,10 +493,11 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                 env={
                     "OMP_NUM_THREADS": "1",
                     "MKL_NUM_THREADS": "1",
-                    # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker
-                    # reaches the host's (straggle=slow) through this process's root
-                    "DCODED_CGROUP_ROOT": f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu",
+                    "DCODED_CGROUP_ROOT": cgroups,
+                    **extra,
                 },
+                net=net,
+                cpu=cpus[int(host.name[1:]) % len(cpus)] if net.links.pin_workers else None,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -438,6 +528,8 @@ def destroy(net: Network) -> None:
             proc.wait()
     for ns in [*(h.ns for h in net.hosts.values()), net.hub]:
         _delete_namespace(ns)
+    if net.groups is not None:
+        net.groups.remove()
     for f in net.logs:
         f.close()
     if net.scratch:
@@ -497,15 +589,22 @@ def cleanup(force: bool = False) -> tuple[list[str], list[str]]:
         (spared if builder(ns) and not force else gone).append(ns)
     for ns in gone:
         _delete_namespace(ns)
+    if scale.usable() is None:  # the host cgroups of the scale model, of runs that are gone
+        mine = f"{prefix()}-"
+        gone += scale.remove_stale(
+            lambda run: not run.startswith(mine) or (bool(builder(f"{run}-x")) and not force)
+        )
     return gone, spared
 
 
 @contextlib.contextmanager
-def network(n_workers: int, links: Links, log_dir: Path) -> Iterator[Network]:
+def network(
+    n_workers: int, links: Links, log_dir: Path, model: scale.ScaleModel | None = None
+) -> Iterator[Network]:
     """The whole emulated cluster, removed on exit (also on error, Ctrl-C and SIGTERM)."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        net = build(n_workers, links)
+        net = build(n_workers, links, model)
         try:
             start_dask(net, log_dir)
             yield net
@@ -531,7 +630,9 @@ def retune(net: Network, links: Links) -> None:
 _shared: list[Network] = []  # at most one: the cluster that the jobs of a multirun share
 
 
-def shared_network(n_workers: int, links: Links, log_dir: Path) -> Network:
+def shared_network(
+    n_workers: int, links: Links, log_dir: Path, model: scale.ScaleModel | None = None
+) -> Network:
     """One emulated cluster kept for the jobs of a multirun that run in this process.
 
     Building it (namespaces, and ``K + 1`` Dask processes importing torch) costs about half a
@@ -543,11 +644,13 @@ def shared_network(n_workers: int, links: Links, log_dir: Path) -> Network:
         len(_shared[0].workers()) != n_workers
         or (_shared[0].links.topology, _shared[0].links.rack_size)
         != (links.topology, links.rack_size)
+        or _shared[0].model != model  # other quotas: other cgroups and processes
+        or _shared[0].links.pin_workers != links.pin_workers
     ):
         release_shared()
     if not _shared:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # so that atexit runs
-        net = build(n_workers, links)
+        net = build(n_workers, links, model)
         _shared.append(net)
         atexit.register(release_shared)
         start_dask(net, log_dir)
@@ -575,10 +678,12 @@ def run_netem(cfg: Mapping, out_dir: Path, reuse: bool = False) -> dict:
     cluster = cfg["cluster"]
     out_dir = Path(out_dir)
     n_workers, links = int(cluster["n_workers"]), Links.from_config(cluster)
+    model = scale.from_config(cluster, hosts=n_workers + 2)  # the workers, scheduler, driver
     if reuse:
-        net = shared_network(n_workers, links, out_dir.parent / f"netem-{n_workers}-workers")
+        folder = out_dir.parent / f"netem-{n_workers}-workers"
+        net = shared_network(n_workers, links, folder, model)
         return run_in_network(cfg, out_dir, net)
-    with network(n_workers, links, out_dir / "netem") as net:
+    with network(n_workers, links, out_dir / "netem", model) as net:
         return run_in_network(cfg, out_dir, net)
 
 
@@ -604,14 +709,30 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
         "namespaces": {**{n: h.ns for n, h in net.hosts.items()}, "hub": net.hub},
         "netem": net.links.as_dict(),
         "given": dict(cluster),  # what summary.json records as the run's cluster
+        # the driver dilates every timer that stands for a network or compute time, and puts
+        # the hosts' quotas in force while its training loop runs
+        **(
+            {
+                "scale": {
+                    **net.model.as_dict(),
+                    "quota_files": net.groups.quota_files(f"/proc/{os.getpid()}/root"),
+                }
+            }
+            if net.model
+            else {}
+        ),
     }
     # the driver reads its config from a pipe: a file root wrote and a root child read back
     # could be swapped in between; config.json is only the record of what it was given
     text = json.dumps(child)
     files.write_text(out_dir / "netem" / "config.json", text)
+    monitor = None
+    if net.model is not None:
+        monitor = scale.Monitor(net.groups, lambda: queue_counters(net)).start()
     proc = _in_ns(
         net.hosts["drv"],
         [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
+        net=net,
         stdin=subprocess.PIPE,
         text=True,
     )
@@ -635,9 +756,35 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         raise
+    finally:
+        samples = monitor.stop() if monitor else None
+    if samples is not None:
+        _record_scale(out_dir, net, samples)
     if code:
         raise NetemRunFailed(code)
     return json.loads((out_dir / "summary.json").read_text())
+
+
+def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
+    """Add the scale model to the run's ``summary.json`` (where the driver wrote one): its
+    quotas and TDF with each host's CPU use (``scale_model``), the times undilated
+    (``time_s_undilated``) and the fidelity judged from the samples (``fidelity``); say in one
+    line where the run fell outside the tolerance."""
+    path = out_dir / "summary.json"
+    summary = json.loads(path.read_text()) if path.is_file() else None
+    window = (summary or {}).get("loop_unix_s")
+    fidelity = scale.judge(samples, net.model, queue_rates(net), window)
+    if summary is not None:
+        summary["scale_model"] = {**net.model.as_dict(), "hosts_used": fidelity.pop("hosts")}
+        summary["time_s_undilated"] = scale.undilated(summary.get("time_s") or {}, net.tdf)
+        summary["fidelity"] = fidelity
+        text = json.dumps(summary, indent=2, default=str) + "\n"  # as the driver wrote it
+        files.replace(path, lambda f: f.write(text))
+    if not fidelity["ok"]:
+        print(
+            f"warning: outside the scale model's fidelity: {'; '.join(fidelity['problems'])}",
+            file=sys.stderr,
+        )
 
 
 #: The kernel's UDP counters (``/proc/net/snmp``) that say a datagram was lost in a host.

@@ -182,6 +182,9 @@ def varying(jobs: Sequence[Mapping]) -> list[str]:
 
 
 def _get(summary: Mapping | None, path: Sequence[str]):
+    if path and path[0] == "time_s" and isinstance(summary, Mapping):
+        if summary.get("time_s_undilated"):  # the scale model: the emulated cluster's times
+            path = ("time_s_undilated", *path[1:])
     value = summary
     for key in path:
         if not isinstance(value, Mapping):
@@ -208,7 +211,17 @@ def sweep_table(jobs: Sequence[Mapping]) -> tuple[list[dict], list[str]]:
     [('1', 250.0, None), ('5', None, 'coding.redundancy=5 is not allowed')]
     """
     keys = varying(jobs)
-    columns = ["job", *keys, "status", *(name for name, _, _ in MEASURED), SHA, "error"]
+    # under the scale model each run says whether it kept fidelity: the table marks it
+    scaled = any(_get(j["summary"], ("fidelity",)) for j in jobs)
+    columns = [
+        "job",
+        *keys,
+        "status",
+        *(name for name, _, _ in MEASURED),
+        SHA,
+        *(["fidelity"] if scaled else []),
+        "error",
+    ]
     rows = []
     for j in jobs:
         row = {"job": j["job"], **{k: j["overrides"].get(k) for k in keys}, "status": j["status"]}
@@ -216,6 +229,9 @@ def sweep_table(jobs: Sequence[Mapping]) -> tuple[list[dict], list[str]]:
             value = _get(j["summary"], path)
             row[name] = value * scale if isinstance(value, int | float) else None
         row[SHA] = _get(j["summary"], (SHA,))
+        if scaled:
+            held = _get(j["summary"], ("fidelity", "ok"))
+            row["fidelity"] = None if held is None else ("held" if held else "outside")
         row["error"] = j["error"].splitlines()[0] if j["error"] else None
         rows.append(row)
     return rows, columns

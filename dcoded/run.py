@@ -24,7 +24,7 @@ import types
 from collections.abc import Mapping
 from pathlib import Path
 
-from dcoded import files, loggers, netem
+from dcoded import files, loggers, netem, scale
 from dcoded.cluster import attach_cluster, close_kept_cluster, kept_cluster, open_cluster
 from dcoded.config import build_spec, plain
 from dcoded.engine import registry, straggle, trainer
@@ -152,17 +152,19 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
                 try:
                     probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
                     wire0, losses0 = probe(), losses()
-                    while True:
-                        try:
-                            theta = train_fn(ctx)
-                            break
-                        except WorkerLost as e:
-                            if spec.on_worker_loss != "continue":
-                                raise
-                            ctx = recover(ctx, c, e)  # or the one line why it cannot
-                            run_ids.append(ctx.spec.run_id)
-                            cluster_info["workers"] = list(ctx.workers)
-                            wire0 = probe()  # per step of this attempt, as every mean is
+                    # the scale model's quotas hold while the loop runs (start-up is not timed)
+                    with scale.quotas_in_force(c["cluster"].get("scale")):
+                        while True:
+                            try:
+                                theta = train_fn(ctx)
+                                break
+                            except WorkerLost as e:
+                                if spec.on_worker_loss != "continue":
+                                    raise
+                                ctx = recover(ctx, c, e)  # or the one line why it cannot
+                                run_ids.append(ctx.spec.run_id)
+                                cluster_info["workers"] = list(ctx.workers)
+                                wire0 = probe()  # per step of this attempt, as every mean is
                     spec, reference, log = ctx.spec, ctx.reference, ctx.log
                     wire1 = probe()
                     if losses0 is not None:
@@ -454,7 +456,9 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
     facts = ctx.bounded(
         "asking the workers", check_workers, session.client, session.workers, ctx.spec.dataset
     )
-    for warning in (thread_warning(facts), cores_warning(facts)):
+    # under the scale model the workers share the cores by hard quotas, as machines of their own
+    crowded = None if ctx.spec.dilation != 1.0 else cores_warning(facts)
+    for warning in (thread_warning(facts), crowded):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
             ctx.log.note(warning)

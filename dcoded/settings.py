@@ -185,7 +185,13 @@ SHAPES = {
 }
 
 #: Set by dcoded itself for the driver of an emulated network (never by hand): not checked.
-INTERNAL = ("cluster.wire", "cluster.namespaces", "cluster.netem", "cluster.given")
+INTERNAL = (
+    "cluster.wire",
+    "cluster.namespaces",
+    "cluster.netem",
+    "cluster.given",
+    "cluster.scale.",
+)
 
 #: Every setting, as the config spells it. ``model.hidden`` is per model (:data:`BY_MODEL`).
 SETTINGS: dict[str, Setting] = {
@@ -256,6 +262,13 @@ SETTINGS: dict[str, Setting] = {
     "cluster.queue_ms": number(0, above=True, unit="ms"),
     "cluster.rack_size": integer(1, null="no racks"),
     "cluster.uplink_mbit": number(0, above=True, unit="Mbit/s", null="no racks"),
+    "cluster.scale_model": flag(),
+    "cluster.pin_workers": flag(),
+    "cluster.host_cores": number(0, above=True, unit="cores"),
+    "cluster.dilation": Setting(
+        "auto, or a number > 0 (at least the least factor this machine allows)",
+        lambda v: v == "auto" or (_is_number(v) and v > 0),
+    ),
     # transport
     "transport.name": choice(*TRANSPORTS),
     "transport.steps_per_task": integer(0),

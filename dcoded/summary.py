@@ -193,6 +193,7 @@ def make_summary(
             "numpy": np.__version__,
         },
         "started": started.isoformat(timespec="seconds"),
+        "loop_unix_s": getattr(log, "loop_unix_s", None),
         "dcoded": code_version(),
         # the whole composed config, resolved: what the run was, however it was started
         "config": spec.extra.get("config"),
@@ -266,7 +267,7 @@ def _times(t: Mapping) -> str:
 
 def format_results(summary: dict) -> str:
     """The short results table printed at the end of a run."""
-    t, b, f = summary["time_s"], summary["bytes_per_worker"], summary["final"]
+    t, b, f = times(summary), summary["bytes_per_worker"], summary["final"]
     head = run_name(summary, sep="  ")
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
@@ -331,6 +332,36 @@ def format_results(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def times(summary: Mapping) -> Mapping:
+    """The run's times as the cluster it stands for sees them: under the scale model the wall
+    times divided by its TDF (``time_s_undilated``), else ``time_s``."""
+    return summary.get("time_s_undilated") or summary["time_s"]
+
+
+def _scale_line(summary: Mapping) -> list[str]:
+    """The scale model's line: its hosts, quotas and TDF, and whether the run kept fidelity.
+
+    >>> _scale_line({"scale_model": {"hosts": 6, "host_cores": 1.0, "quota_cores": 0.2,
+    ...     "tdf": 5.0}, "fidelity": {"ok": True}})  # doctest: +NORMALIZE_WHITESPACE
+    ['  scale model: 6 hosts of 1 core, each 0.200 of a core here, dilated 5.00x (times
+      undilated); fidelity held']
+    """
+    m = summary.get("scale_model")
+    if not m:
+        return []
+    fid = summary.get("fidelity") or {}
+    held = (
+        "fidelity held"
+        if fid.get("ok")
+        else "OUTSIDE fidelity: " + "; ".join(fid.get("problems") or ["not checked"])
+    )
+    return [
+        f"  scale model: {m['hosts']} hosts of {m['host_cores']:g} core"
+        f"{'s' * (m['host_cores'] != 1)}, each {m['quota_cores']:.3f} of a core here, dilated "
+        f"{m['tdf']:.2f}x (times undilated); {held}"
+    ]
+
+
 def _happened(summary: Mapping) -> list[str]:
     """A line each for what shaped the run, where it happened: the emulated network, the
     stragglers (injected, and the steps that did not wait), recoveries, multicast repairs.
@@ -356,6 +387,7 @@ def _happened(summary: Mapping) -> list[str]:
         if net.get("rack_size"):
             where += f", racks of {net['rack_size']}, uplinks {net['uplink_mbit']:g} Mbit/s"
         out.append(f"  network: emulated, {where}, queues of {net['queue_ms']:g} ms")
+    out += _scale_line(summary)
     st = summary.get("straggle") or {}
     said = []
     if st.get("model") not in (None, "none"):

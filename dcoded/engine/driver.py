@@ -35,15 +35,17 @@ SCHEDULER_TIMEOUT_S = 10.0
 FROZEN_STEPS, FROZEN_MIN_S, FROZEN_FIRST_S = 10, 10.0, 60.0
 
 
-def frozen_after(median_step_s: float | None) -> float:
-    """Seconds of silence after which a worker counts as frozen.
+def frozen_after(median_step_s: float | None, dilation: float = 1.0) -> float:
+    """Seconds of silence after which a worker counts as frozen (the floors stand for compute
+    and network times: the scale model's ``dilation`` multiplies them; the median step is
+    measured, so dilated already).
 
-    >>> frozen_after(None), frozen_after(0.05), frozen_after(3.0)
-    (60.0, 10.0, 30.0)
+    >>> frozen_after(None), frozen_after(0.05), frozen_after(3.0), frozen_after(0.05, 4.0)
+    (60.0, 10.0, 30.0, 40.0)
     """
     if median_step_s is None:
-        return FROZEN_FIRST_S
-    return max(FROZEN_STEPS * median_step_s, FROZEN_MIN_S)
+        return FROZEN_FIRST_S * dilation
+    return max(FROZEN_STEPS * median_step_s, FROZEN_MIN_S * dilation)
 
 
 @dataclass
@@ -163,7 +165,7 @@ class Context:
         )
         known = info["workers"]
         out = [(w, "was lost") for w in self.workers if w not in known]
-        limit = frozen_after(self.log.median_step_s())
+        limit = frozen_after(self.log.median_step_s(), self.spec.dilation)
         seen = [known[w].get("last_seen") for w in self.workers if w in known]
         if seen and None not in seen:
             newest = max(seen)  # the scheduler's own clock: another machine's may differ

@@ -141,6 +141,9 @@ class TrainingLog:
         #: before it reached, and the recovery's own (its rows' times do not start again at 0)
         self.wall_offset = 0.0
         self.last_wall = 0.0  # the newest wall_s given, offset included
+        #: the training loop's first and newest step on the machine's clock (unix seconds), for
+        #: what watches the run from outside (the scale model's fidelity)
+        self.loop_unix_s: list[float] | None = None
         self._first_map: int | None = None  # see steps_with_records
         self._complete = 0
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
@@ -184,6 +187,13 @@ class TrainingLog:
         if st is None:
             return
         if fields.get("wall_s") is not None:
+            # when the loop began, on the machine's clock: each step's fact given now bounds
+            # it from above (a fact may come late, with its task's records)
+            now = time.time()
+            began = now - fields["wall_s"]
+            if self.loop_unix_s is None:
+                self.loop_unix_s = [began, now]
+            self.loop_unix_s = [min(self.loop_unix_s[0], began), max(self.loop_unix_s[1], now)]
             fields["wall_s"] += self.wall_offset
             self.last_wall = max(self.last_wall, fields["wall_s"])
         st.row.update(fields)

@@ -180,9 +180,11 @@ def throttle(run_id: str, rank: int, spec: RunSpec):
         detail = "this cluster runs its workers as threads of one process"
     elif straggle.cgroup_usable():
         try:
-            throttle = straggle.Throttle(
-                f"dcoded-{run_id}-{rank}", speed, available_cores(), spec.n_workers
-            )
+            # under the scale model a fraction of its own host's quota (its cgroup is inside
+            # the host's), so nothing it loses goes to the others; else of a fair share
+            host = os.environ.get("DCODED_HOST_CORES")
+            cores = float(host) * spec.n_workers if host else available_cores()
+            throttle = straggle.Throttle(f"dcoded-{run_id}-{rank}", speed, cores, spec.n_workers)
             how, detail = "cgroup", throttle.describe()
         except OSError as e:
             detail = f"the cgroup could not be made: {e}"

@@ -59,6 +59,9 @@ class RunSpec:
     #: the ``straggle`` group, checked (:func:`dcoded.engine.straggle.check`)
     straggle: Mapping = field(default_factory=lambda: {"model": "none"})
     bucket_cap_mb: float | None = None  # ddp: DistributedDataParallel's (None: torch's)
+    #: the scale model's time-dilation factor (1: none): the timers above that stand for a
+    #: network or compute time are already multiplied by it; the others read it here
+    dilation: float = 1.0
     extra: Mapping = field(default_factory=dict)
 
     @property

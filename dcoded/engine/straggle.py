@@ -146,12 +146,13 @@ class Injector:
     def __init__(self, spec, rank: int, step: int, throttled: bool):
         straggle = spec.straggle
         self.drawn_ms = drawn_ms(straggle, spec.seed, step, rank)
+        self.dilation = float(getattr(spec, "dilation", 1.0))  # the scale model's TDF
         speed = slowdown(straggle, rank)
         self.scale = 0.0 if speed is None or throttled else 1 / speed - 1
         self.slept = 0.0
 
     def before(self, stop=None) -> None:
-        self.slept += wait(self.drawn_ms / 1000, stop)
+        self.slept += wait(self.drawn_ms / 1000 * self.dilation, stop)
 
     def after(self, computed_s: float, stop=None) -> None:
         """The fallback of ``slow``: a delay proportional to the computation just done."""
@@ -159,8 +160,9 @@ class Injector:
             self.slept += wait(self.scale * computed_s, stop)
 
     def fields(self) -> dict:
-        """For the record: what was drawn and what was slept (less, if abandoned)."""
-        return {"drawn_ms": self.drawn_ms, "slept_ms": 1000 * self.slept}
+        """For the record: what was drawn and what was slept (less, if abandoned), in the
+        emulated cluster's time (undilated)."""
+        return {"drawn_ms": self.drawn_ms, "slept_ms": 1000 * self.slept / self.dilation}
 
     @property
     def active(self) -> bool:

@@ -1,0 +1,451 @@
+"""The scale model: K machines emulated on one host by CPU quotas and time dilation.
+
+On the emulated network (``cluster=netem``) every host (each worker, the scheduler and the
+driver) shares this machine's cores. Shared freely, redundant compute costs ``K / cores`` times
+what it costs on ``K`` machines, and a host that waits on the network lends its CPU to the
+others, which separate machines cannot do. With ``cluster.scale_model=true``:
+
+- every host runs in a cgroup of its own with a hard CPU quota (``cpu.cfs_quota_us``: never more
+  than its share, whatever the others do), all equal, adding up to :data:`QUOTA_FRACTION` of
+  the machine's cores at most (the rest is left to the kernel's network work and the parent
+  process);
+- the time-dilation factor follows, ``TDF = host_cores x hosts / cores given to quotas`` (or a
+  larger ``cluster.dilation``, the quotas then shrinking to match): every host computes ``TDF``
+  times slower than one core of ``host_cores``, so every link rate is divided by ``TDF`` (its
+  queues keep their size in bytes) and every protocol timer that stands for a network or
+  compute time is multiplied by it;
+- the times reported for the emulated cluster are the wall times divided by ``TDF``
+  (``summary.json``'s ``time_s_undilated``, beside ``time_s``);
+- fidelity is checked on every run (:func:`judge`): the machine's idle CPU, each host's quota
+  use and throttling, and every shaped link's rate against its setting.
+
+What it cannot dilate: the kernel's own TCP timers (a minimum retransmission timeout of 200 ms)
+and Dask's heartbeats run in real time, so a loss recovers ``TDF`` times faster, in emulated
+time, than on the machines it stands for.
+
+>>> m = plan(host_cores=1, hosts=6, cores=2)
+>>> round(m.tdf, 3), round(m.quota_cores, 4), m.quota()
+(5.0, 0.2, (2000, 10000))
+>>> plan(1, 6, 2, dilation=10).quota()
+(1000, 10000)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The fraction of the machine's cores the hosts' quotas may add up to. The rest stays idle for
+#: the kernel: on the emulated network every byte is copied by the kernel in softirq context
+#: (veth, bridge, tbf), which no quota charges to a host; on this 2-core kind of machine a
+#: cdc K = 8 run at full link rate used 0.2 to 0.3 of a core there. Mininet-HiFi kept 35%.
+QUOTA_FRACTION = 0.6
+#: The quota's period (us): short, so that a throttled host runs in slices of milliseconds;
+#: longer only where the quota would fall under the kernel's 1 ms minimum.
+PERIOD_US = 10_000
+#: Fidelity: the least idle fraction of the machine's cores the run must keep in at least
+#: :data:`IDLE_SHARE` of its sampling intervals (with less, the kernel's network work and the hosts
+#: compete: the links or the quotas no longer hold).
+IDLE_MIN = 0.15
+IDLE_SHARE = 0.95
+#: Fidelity: a link's rate, in a second its queue stayed backlogged, within this fraction of its
+#: setting (Mininet-HiFi's tests accept 20%); and never above its setting by more.
+LINK_TOLERANCE = 0.2
+#: Fidelity: a host's CPU use over the run may not exceed its quota by more than this fraction.
+QUOTA_TOLERANCE = 0.05
+#: How often the run's counters are sampled (s).
+SAMPLE_S = 0.5
+
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
+#: Every host cgroup a run makes starts with this (a killed run's are found by it).
+GROUP_PREFIX = "dcoded-sm-"
+
+
+def machine_cores() -> float:
+    """The cores this process may run on."""
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return float(os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ScaleModel:
+    """One run's quotas and dilation (see :func:`plan`)."""
+
+    host_cores: float
+    hosts: int
+    cores: float
+    tdf: float
+    least_tdf: float
+
+    @property
+    def quota_cores(self) -> float:
+        """Each host's share of the machine, in cores: ``host_cores / TDF``."""
+        return self.host_cores / self.tdf
+
+    def quota(self) -> tuple[int, int]:
+        """``(cfs_quota_us, cfs_period_us)`` of each host."""
+        period = max(PERIOD_US, math.ceil(1000 / self.quota_cores))
+        return max(1000, round(self.quota_cores * period)), period
+
+    def as_dict(self) -> dict:
+        quota_us, period_us = self.quota()
+        return {
+            "tdf": self.tdf,
+            "least_tdf": self.least_tdf,
+            "host_cores": self.host_cores,
+            "hosts": self.hosts,
+            "machine_cores": self.cores,
+            "quota_fraction": QUOTA_FRACTION,
+            "quota_cores": self.quota_cores,
+            "quota_us": quota_us,
+            "period_us": period_us,
+        }
+
+
+def plan(host_cores: float, hosts: int, cores: float | None = None, dilation="auto") -> ScaleModel:
+    """The quotas and dilation for ``hosts`` emulated machines of ``host_cores`` each on
+    ``cores`` real ones: ``TDF = host_cores x hosts / (cores x QUOTA_FRACTION)``, or
+    ``dilation`` where that is larger (``ValueError`` where it is smaller: the quotas would
+    add up to more than the machine can give).
+
+    >>> plan(1, 10, 2).tdf
+    8.333333333333334
+    >>> plan(1, 10, 2, dilation=4)
+    Traceback (most recent call last):
+    ...
+    ValueError: cluster.dilation=4 is not allowed: 10 hosts of 1 core on 2 cores need at least 8.33
+    """
+    cores = machine_cores() if cores is None else float(cores)
+    if not host_cores > 0:
+        raise ValueError(f"cluster.host_cores={host_cores!r} is not allowed: it must be > 0")
+    least = host_cores * hosts / (cores * QUOTA_FRACTION)
+    if dilation in (None, "auto"):
+        tdf = least
+    else:
+        if isinstance(dilation, bool) or not isinstance(dilation, int | float):
+            raise ValueError(
+                f"cluster.dilation={dilation!r} is not allowed: auto, or a number >= {least:.3g}"
+            )
+        if dilation < least * (1 - 1e-9):
+            raise ValueError(
+                f"cluster.dilation={dilation!r} is not allowed: {hosts} hosts of {host_cores:g} "
+                f"core{'s' * (host_cores != 1)} on {cores:g} cores need at least {least:.3g}"
+            )
+        tdf = float(dilation)
+    return ScaleModel(float(host_cores), int(hosts), cores, float(tdf), float(least))
+
+
+def from_config(cluster: Mapping, hosts: int) -> ScaleModel | None:
+    """The run's scale model from ``cluster.*`` (``None`` where ``scale_model`` is off)."""
+    if not cluster.get("scale_model"):
+        return None
+    return plan(cluster.get("host_cores", 1), hosts, dilation=cluster.get("dilation", "auto"))
+
+
+def usable() -> str | None:
+    """Why host cgroups cannot be made here, or ``None`` where they can."""
+    if os.geteuid() != 0:
+        return "needs root (a CPU cgroup per host)"
+    for root in (CPU_ROOT, CPUACCT_ROOT):
+        if not (root / "cgroup.procs").exists():
+            return f"needs the cgroup v1 controller at {root}"
+    return None
+
+
+# --------------------------------------------------------------------------- the host cgroups
+
+
+class HostGroups:
+    """One cgroup per emulated host, in the ``cpu`` hierarchy (the quota) and ``cpuacct``
+    (its CPU use), made at once and removed by :meth:`remove`."""
+
+    def __init__(self, run: str, names: Sequence[str], model: ScaleModel):
+        self.model = model
+        self.names = list(names)
+        self.run = run
+        self.quota_us, period_us = model.quota()
+        self.made: list[Path] = []
+        try:
+            for name in self.names:
+                cpu, acct = self.cpu(name), self.acct(name)
+                for path in (cpu, acct):
+                    path.mkdir(exist_ok=True)
+                    self.made.append(path)
+                (cpu / "cpu.cfs_period_us").write_text(str(period_us))
+                (cpu / "cpu.cfs_quota_us").write_text("-1")  # until the run's loop: limit()
+        except OSError:
+            self.remove()
+            raise
+
+    def quota_files(self, root: str = "") -> list[str]:
+        """Each host's ``cpu.cfs_quota_us``, as a process whose ``/`` is ``root`` reaches it
+        (the emulated network's driver: ``/proc/<pid>/root`` of this process)."""
+        return [f"{root}{self.cpu(name)}/cpu.cfs_quota_us" for name in self.names]
+
+    def limit(self) -> None:
+        """Put every host's quota in force (what :func:`quotas_in_force` does in the driver)."""
+        write_quotas(self.quota_files(), self.quota_us)
+
+    def unlimit(self) -> None:
+        write_quotas(self.quota_files(), -1)
+
+    def cpu(self, name: str) -> Path:
+        return CPU_ROOT / f"{GROUP_PREFIX}{self.run}-{name}"
+
+    def acct(self, name: str) -> Path:
+        return CPUACCT_ROOT / f"{GROUP_PREFIX}{self.run}-{name}"
+
+    def enter(self, name: str) -> Callable[[], None]:
+        """A ``preexec_fn``: the child process joins host ``name``'s groups before it runs
+        anything (its children and threads follow)."""
+        paths = [self.cpu(name) / "cgroup.procs", self.acct(name) / "cgroup.procs"]
+
+        def join() -> None:
+            for path in paths:
+                with open(path, "w") as f:
+                    f.write(str(os.getpid()))
+
+        return join
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Each host's ``cpuacct.usage`` (ns) and ``cpu.stat`` now."""
+        out = {}
+        for name in self.names:
+            try:
+                row = {"usage_ns": int((self.acct(name) / "cpuacct.usage").read_text())}
+                for line in (self.cpu(name) / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key in ("nr_periods", "nr_throttled", "throttled_time"):
+                        row[key] = int(value)
+            except (OSError, ValueError):
+                continue
+            out[name] = row
+        return out
+
+    def remove(self) -> None:
+        """Remove every group (a process still in one goes back to the root group)."""
+        for path in reversed(self.made):
+            remove_group(path)
+        self.made = []
+
+
+def write_quotas(paths: Sequence[str], quota_us: int) -> None:
+    for path in paths:
+        Path(path).write_text(str(quota_us))
+
+
+@contextlib.contextmanager
+def quotas_in_force(given: Mapping | None):
+    """The hosts' quotas in force while the block runs: the emulated network's driver wraps its
+    training loop in it (``given``: the ``scale`` its parent told it, with ``quota_files``), so
+    start-up (torch's import, the data, the replicas), which nothing times, runs unthrottled.
+    Nothing happens without a scale model."""
+    paths = list((given or {}).get("quota_files") or [])
+    if paths:
+        write_quotas(paths, int(given["quota_us"]))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            write_quotas(paths, -1)
+
+
+def remove_group(path: Path) -> None:
+    """Remove a cgroup and its children, moving what still runs in them to the root group."""
+    if not path.is_dir():
+        return
+    for child in [p for p in path.iterdir() if p.is_dir()]:
+        remove_group(child)
+    root = path.parent
+    while root.name.startswith(GROUP_PREFIX):
+        root = root.parent
+    with contextlib.suppress(OSError):
+        for pid in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(pid)
+    for _ in range(50):  # a moved process leaves its group a moment later
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def remove_stale(alive: Callable[[str], bool]) -> list[str]:
+    """Remove the host cgroups of runs that are gone (``alive(run)`` says which are not)."""
+    gone = []
+    for root in (CPU_ROOT, CPUACCT_ROOT):
+        if not root.is_dir():
+            continue
+        for path in root.glob(f"{GROUP_PREFIX}*"):
+            run = path.name.removeprefix(GROUP_PREFIX).rsplit("-", 1)[0]
+            if not alive(run):
+                remove_group(path)
+                gone.append(str(path))
+    return gone
+
+
+# --------------------------------------------------------------------------- the monitor
+
+
+def cpu_times() -> tuple[float, float, float]:
+    """``(idle, total, softirq)`` jiffies of the whole machine (``/proc/stat``; iowait counts
+    idle; softirq is where the kernel moves the emulated links' packets)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8]), fields[6]
+
+
+class Monitor:
+    """Samples, every :data:`SAMPLE_S` in a thread, the machine's idle CPU, each host's
+    cgroup counters and each shaped queue's counters (``queues()``: ``{name: {"bytes",
+    "backlog"}}``), from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, groups: HostGroups | None, queues: Callable[[], dict] | None = None):
+        self.groups, self.queues = groups, queues
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dcoded-scale-monitor", daemon=True)
+
+    def sample(self) -> dict:
+        idle, total, softirq = cpu_times()
+        out = {"t": time.monotonic(), "unix": time.time(), "idle": idle, "total": total}
+        out["softirq"] = softirq
+        if self.groups is not None:
+            out["hosts"] = self.groups.counters()
+        if self.queues is not None:
+            with contextlib.suppress(Exception):  # a namespace torn down under us
+                out["queues"] = self.queues()
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self.samples.append(self.sample())
+
+    def start(self) -> Monitor:
+        self.samples.append(self.sample())
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.samples.append(self.sample())
+        return self.samples
+
+
+def judge(
+    samples: Sequence[Mapping],
+    model: ScaleModel,
+    rates_mbit: Mapping[str, float],
+    window: Sequence[float] | None = None,
+) -> dict:
+    """The run's fidelity from the monitor's samples: ``{"ok", "problems", "idle", "hosts",
+    "links"}``, over the samples in ``window`` (the training loop's first and last step, unix
+    seconds; for a loop shorter than two samples the pair around it, without judging the
+    quotas), or all. It holds if the machine kept at
+    least :data:`IDLE_MIN` of its cores idle in :data:`IDLE_SHARE` of the intervals, no host
+    used more than its quota, and every shaped queue (``rates_mbit``: the real, dilated rate
+    of each) ran, in every interval it stayed backlogged, within :data:`LINK_TOLERANCE` of its
+    rate, and never above it by more.
+
+    >>> m = plan(1, 2, 2)
+    >>> s = [{"t": 0.0, "idle": 0.0, "total": 0.0}, {"t": 1.0, "idle": 10.0, "total": 200.0}]
+    >>> j = judge(s, m, {})
+    >>> j["ok"], j["problems"][0][:45]
+    (False, 'the machine was idle 5% (< 15%) in 1 of 1 sam')
+    """
+    judge_quota = True
+    if window and len(samples) > 2:
+        inside = [s for s in samples if window[0] <= s.get("unix", window[0]) <= window[1]]
+        if len(inside) < 2:  # a loop shorter than the samples: the pair around it
+            before = [s for s in samples if s.get("unix", 0) < window[0]][-1:]
+            after = [s for s in samples if s.get("unix", 0) > window[1]][:1]
+            inside = before + inside + after
+            judge_quota = False  # those seconds hold unthrottled start-up or teardown
+        samples = inside if len(inside) >= 2 else samples
+    problems: list[str] = []
+    idle, softirq = [], []
+    for a, b in itertools.pairwise(samples):
+        if b["total"] > a["total"]:
+            idle.append((b["idle"] - a["idle"]) / (b["total"] - a["total"]))
+            softirq.append((b.get("softirq", 0) - a.get("softirq", 0)) / (b["total"] - a["total"]))
+    low = sum(x < IDLE_MIN for x in idle)
+    if idle and low > (1 - IDLE_SHARE) * len(idle):
+        problems.append(
+            f"the machine was idle {100 * min(idle):.0f}% (< {100 * IDLE_MIN:.0f}%) in {low} of "
+            f"{len(idle)} samples: the quotas and the kernel competed"
+        )
+    hosts = {}
+    first, last = samples[0].get("hosts") or {}, samples[-1].get("hosts") or {}
+    wall = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
+    for name, end in last.items():
+        start = first.get(name, {})
+        used = (end.get("usage_ns", 0) - start.get("usage_ns", 0)) / 1e9
+        row = {
+            "cpu_s": used,
+            "share_of_quota": used / (model.quota_cores * wall) if wall > 0 else None,
+            "nr_periods": end.get("nr_periods", 0) - start.get("nr_periods", 0),
+            "nr_throttled": end.get("nr_throttled", 0) - start.get("nr_throttled", 0),
+            "throttled_s": (end.get("throttled_time", 0) - start.get("throttled_time", 0)) / 1e9,
+        }
+        hosts[name] = row
+        over = row["share_of_quota"] is not None and row["share_of_quota"] > 1 + QUOTA_TOLERANCE
+        if over and judge_quota:
+            problems.append(f"host {name} used {row['share_of_quota']:.2f} of its quota")
+    links = {}
+    for name, rate in rates_mbit.items():
+        busy, worst, most = 0, None, 0.0
+        for a, b in itertools.pairwise(samples):
+            qa, qb = (a.get("queues") or {}).get(name), (b.get("queues") or {}).get(name)
+            if not qa or not qb or b["t"] <= a["t"]:
+                continue
+            got = (qb["bytes"] - qa["bytes"]) * 8 / 1e6 / (b["t"] - a["t"]) / rate
+            most = max(most, got)
+            if qa["backlog"] and qb["backlog"]:
+                busy += 1
+                worst = got if worst is None else min(worst, got)
+        links[name] = {"rate_mbit": rate, "busiest": most, "backlogged_s": busy, "least": worst}
+        if most > 1 + LINK_TOLERANCE:
+            problems.append(f"link {name} ran at {most:.2f} of its rate")
+        if worst is not None and worst < 1 - LINK_TOLERANCE:
+            problems.append(f"link {name} ran at {worst:.2f} of its rate while backlogged")
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "tolerance": {
+            "idle_min": IDLE_MIN,
+            "idle_share": IDLE_SHARE,
+            "link": LINK_TOLERANCE,
+            "quota": QUOTA_TOLERANCE,
+        },
+        "idle": {
+            "samples": len(idle),
+            "min": min(idle) if idle else None,
+            "median": sorted(idle)[len(idle) // 2] if idle else None,
+            "samples_below": low,
+            # the kernel's packet work, as a fraction of the machine (what the quotas leave for)
+            "softirq_median": sorted(softirq)[len(softirq) // 2] if softirq else None,
+            "softirq_max": max(softirq) if softirq else None,
+        },
+        "hosts": hosts,
+        "links": links,
+    }
+
+
+def undilated(times: Mapping, tdf: float) -> dict:
+    """``time_s`` as the emulated cluster would see it: every time divided by ``TDF``.
+
+    >>> undilated({"total": 10.0, "map": 0.5, "process": None}, 5.0)
+    {'total': 2.0, 'map': 0.1, 'process': None}
+    """
+    return {k: (v / tdf if isinstance(v, int | float) else v) for k, v in times.items()}
