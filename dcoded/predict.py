@@ -3,14 +3,16 @@
     python -m dcoded.predict --summary RUN/summary.json          # one run: predicted, then measured
     python -m dcoded.predict -K 256 --d 25e6 --topology racks --rate-gbit 10 --samples-per-s 400
     python -m dcoded.predict --measure-rate model=dnn dataset=synthetic
-    python -m dcoded.predict --fit SWEEP_DIR ... [--hold-out-K 12,16]
+    python -m dcoded.predict --fit SWEEP_DIR ... [--hold-out-K 12,16] [--hold-out-rate 50]
+        [--hold-out-rack 4] [--hold-out-model cnn]
 
 A step is modelled as four terms, each from the layout and the network, none from a run's
 recorded times:
 
 * **compute**: every worker's map, ``samples / samples_per_s + calls * per_call_s`` (a cdc
   worker computes ``B r / K`` samples in ``C(g-1, r-1)`` sub-batch calls; the others ``B / K``
-  in one), times ``K / cores`` where the workers share one machine's cores (this one: 2);
+  in one), times ``K / cores`` where the workers share one machine's cores (this one: 2); not
+  on K machines, as under the scale model (:mod:`dcoded.scale`), whose times are undilated;
 * **links**: the exchange's time bound on its topology (:mod:`dcoded.coding.bounds`: the
   busiest shared link's bytes at its rate, every phase), times ``link_overhead``;
 * **messages**: ``per_message_s`` for every message the busiest worker sends or receives in a
@@ -21,7 +23,9 @@ recorded times:
 ``samples_per_s`` and ``per_call_s`` are measured by a short local run (``--measure-rate``) or
 given; ``link_overhead``, ``per_message_s`` and ``per_step_s`` are fitted once per family (an
 algorithm and, for cdc, its transport) by least relative squares on measured runs
-(``--fit``), and kept in ``dcoded/calibration.json``. A layout the engine refuses (``r > g``,
+(``--fit``; a scale-model run outside its fidelity is left out), and kept in
+``dcoded/calibration.json``, with the error on the fitted runs and on the runs held out of the
+fit by K, link rate, rack size or model. A layout the engine refuses (``r > g``,
 ``g`` not dividing ``K``, fewer samples than sub-batches, too many sub-batches to enumerate) is
 predicted as impossible with the engine's reason.
 
@@ -66,6 +70,11 @@ FAMILIES = ("cdc-direct", "cdc-multicast", "cdc-dask", "ddp", "ssgd", "asgd")
 STATED_ERROR_PCT = {"fitted": 25.0, "held_out": 30.0}
 STATED_ERROR_PCT_MULTICAST = {"fitted": 30.0, "held_out": 30.0}
 STATED_ERROR_PCT_MULTICAST_RACKS = {"fitted": 35.0, "held_out": 50.0}
+#: What a fit can hold out of its runs (``--hold-out-K``, ``-rate``, ``-rack``, ``-model``): by
+#: the name ``fitted_on`` keeps it under (``held_out_<name>``), the scenario's field it reads.
+HOLD_OUTS = {"K": "n_workers", "rate_mbit": "rate_mbit", "rack_size": "rack_size", "model": "model"}
+#: Where a scenario's workers run (:attr:`Scenario.hosts`), as a fit's domain records it.
+HOSTS = {"shared": "workers sharing one machine", "machines": "a machine per worker"}
 
 
 def stated_error(family: str, topology: str, held_out: bool) -> float:
@@ -91,8 +100,8 @@ class Scenario:
     uplinks of ``pod_uplink_mbit``). ``oversubscription`` sets an uplink that is not given:
     ``rack_size * rate_mbit / oversubscription``, and for a pod ``pod_racks * uplink /
     oversubscription``. ``cores``: the cores of the one machine every worker shares (``None``:
-    a machine per worker). ``samples_per_s`` / ``per_call_s``: one worker's compute, alone on
-    its machine; ``None`` takes the calibration's for ``model``.
+    a machine per worker, as the scale model emulates). ``samples_per_s`` / ``per_call_s``: one
+    worker's compute, alone on its machine; ``None`` takes the calibration's for ``model``.
     """
 
     algorithm: str
@@ -124,6 +133,12 @@ class Scenario:
         if self.algorithm in ("cdc", "serial"):
             return f"cdc-{self.transport}"
         return self.algorithm
+
+    @property
+    def hosts(self) -> str:
+        """Where its workers run (a key of :data:`HOSTS`): ``shared``, one machine's ``cores``;
+        ``machines``, one each (hosts of their own, or the scale model's emulated ones)."""
+        return "shared" if self.cores is not None else "machines"
 
     def describe(self) -> str:
         if self.algorithm == "cdc":
@@ -491,9 +506,16 @@ def predict(s: Scenario, cal: Calibration | None = None) -> Prediction:
 
 def outside_calibration(s: Scenario, cal: Calibration) -> list[str]:
     """How ``s`` lies outside the runs its family's costs were fitted on (``fitted_on``'s
-    ``domain``: the K, link rates, topologies and models of the fit's runs, held-out K
+    ``domain``: the K, link rates, topologies, models and hosts of the fit's runs, held-out runs
     included): each a phrase; none where it lies inside. A calibration without a domain
-    (:meth:`Calibration.zero`, an older file) says nothing."""
+    (:meth:`Calibration.zero`, an older file) says nothing.
+
+    >>> cal = Calibration.zero(1e9)
+    >>> cal.fitted_on["domain"] = {"ddp": {"K": [4, 16], "rate_mbit": [25, 25],
+    ...     "topologies": ["switch"], "models": ["dnn"], "hosts": ["machines"]}}
+    >>> outside_calibration(Scenario("ddp", 8, 1000, 960, 25, cores=2), cal)
+    ['workers sharing one machine (fitted on a machine per worker)']
+    """
     domains = cal.fitted_on.get("domain")
     if domains is None:
         return []
@@ -518,10 +540,10 @@ def outside_calibration(s: Scenario, cal: Calibration) -> list[str]:
         out.append(f"topology {s.topology} (fitted: {', '.join(d['topologies'])})")
     if s.model not in d["models"]:
         out.append(f"model {s.model} (fitted: {', '.join(d['models'])})")
-    shared = s.cores is not None
-    if "shared" in d and shared not in d["shared"]:
-        how = {True: "workers sharing one machine", False: "a machine per worker"}
-        out.append(f"{how[shared]} (fitted on {' and '.join(how[x] for x in d['shared'])})")
+    # an older domain says whether the workers shared one machine (``shared``: true, false)
+    hosts = d.get("hosts") or ["shared" if x else "machines" for x in d.get("shared", [])]
+    if hosts and s.hosts not in hosts:
+        out.append(f"{HOSTS[s.hosts]} (fitted on {' and '.join(HOSTS[h] for h in hosts)})")
     return out
 
 
@@ -541,13 +563,15 @@ def _overlapped(s: Scenario, compute: float, exchange: float) -> float:
 
 def scenario_of(summary: Mapping) -> Scenario:
     """A run's :class:`Scenario` from its configuration (its layout, its model's ``d``, its
-    emulated links, where its workers ran), never from the times it recorded."""
+    emulated links, where its workers ran), never from the times it recorded. Workers on one
+    host share its cores, but for a scale-model run (``scale_model``): K machines of
+    ``host_cores`` each, emulated."""
     env = summary.get("environment") or {}
     net = env.get("netem") or {}
     hosts: dict[str, int] = {}
     for w in (env.get("per_worker") or {}).values():
         hosts[w.get("host")] = hosts.get(w.get("host"), 0) + 1
-    shared = len(hosts) == 1 and summary["n_workers"] > 1
+    shared = len(hosts) == 1 and summary["n_workers"] > 1 and not summary.get("scale_model")
     return Scenario(
         algorithm=summary["algorithm"],
         n_workers=int(summary["n_workers"]),
@@ -571,8 +595,9 @@ def scenario_of(summary: Mapping) -> Scenario:
 
 
 def compact(summary: Mapping) -> dict:
-    """What :func:`scenario_of` reads of a summary, and the measured median step: a run kept
-    small enough to check a calibration against (``--record``)."""
+    """What :func:`scenario_of` reads of a summary, and the measured median step (and under
+    the scale model, its model, undilated step and fidelity): a run kept small enough to check
+    a calibration against (``--record``)."""
     env = summary.get("environment") or {}
     keys = ("algorithm", "n_workers", "n_params", "batch_size", "redundancy", "group_size")
     keys += ("shuffle", "hybrid_m", "transport", "model")
@@ -586,12 +611,59 @@ def compact(summary: Mapping) -> dict:
             },
         },
         "time_s": {"step_median": summary["time_s"]["step_median"]},
+        **(
+            {
+                "scale_model": {
+                    k: v for k, v in summary["scale_model"].items() if k != "hosts_used"
+                },
+                "time_s_undilated": {"step_median": measured_step(summary)},
+                "fidelity": {k: (summary.get("fidelity") or {}).get(k) for k in ("ok", "problems")},
+            }
+            if summary.get("scale_model")
+            else {}
+        ),
     }
 
 
 def measured_step(summary: Mapping) -> float:
-    """The run's median step (seconds): what a prediction is compared with."""
-    return float(summary["time_s"]["step_median"])
+    """The run's median step (seconds): what a prediction is compared with; under the scale
+    model, the emulated cluster's (``time_s_undilated``: the wall times over its TDF).
+
+    >>> measured_step({"time_s": {"step_median": 0.5}})
+    0.5
+    >>> measured_step({"time_s": {"step_median": 2.0}, "scale_model": {"tdf": 4.0},
+    ...     "time_s_undilated": {"step_median": 0.5}})
+    0.5
+    """
+    times = summary["time_s_undilated"] if summary.get("scale_model") else summary["time_s"]
+    return float(times["step_median"])
+
+
+def faithful(summary: Mapping) -> bool:
+    """Whether a run's times stand for the cluster it ran as: every run's but a scale-model
+    run's outside its fidelity (``fidelity.ok`` not true)."""
+    return not summary.get("scale_model") or bool((summary.get("fidelity") or {}).get("ok"))
+
+
+def run_name(summary: Mapping) -> str:
+    """A run, named in a message: its ``summary.json``'s path, else what it was."""
+    return summary.get("_path") or scenario_of(summary).describe()
+
+
+def held_out_by(s: Scenario, held: Mapping[str, Iterable]) -> list[str]:
+    """Which of a fit's hold-outs leave ``s`` out of it (``held``: by name of :data:`HOLD_OUTS`,
+    the values it held out).
+
+    >>> s = Scenario("ddp", 12, 1000, 960, 50.0)
+    >>> held_out_by(s, {"K": [12, 16], "rate_mbit": [50.0], "model": ["cnn"]})
+    ['K', 'rate_mbit']
+    """
+    return [name for name, f in HOLD_OUTS.items() if getattr(s, f) in held.get(name, ())]
+
+
+def held_outs(fitted_on: Mapping) -> dict[str, list]:
+    """What a calibration's fit held out (``held_out_<name>``), by name of :data:`HOLD_OUTS`."""
+    return {name: list(fitted_on.get(f"held_out_{name}") or []) for name in HOLD_OUTS}
 
 
 def load_summaries(paths: Iterable[Path]) -> list[dict]:
@@ -616,19 +688,41 @@ def fit(
     summaries: Sequence[Mapping],
     compute: Mapping[str, Mapping[str, float]],
     hold_out: Iterable[int] = (),
+    hold_out_rate: Iterable[float] = (),
+    hold_out_rack: Iterable[int] = (),
+    hold_out_model: Iterable[str] = (),
 ) -> Calibration:
-    """Each family's :class:`Costs` by least relative squares (non-negative) on the runs whose
-    ``K`` is not held out: ``measured - compute = link_overhead * bound + per_message_s *
-    messages * sharing + per_step_s``."""
+    """Each family's :class:`Costs` by least relative squares (non-negative) on the runs that no
+    hold-out leaves out (by their ``K``, link rate in Mbit/s, rack size or model): ``measured -
+    compute = link_overhead * bound + per_message_s * messages * sharing + per_step_s``. A
+    scale-model run outside its fidelity is left out of everything, with a note. ``fitted_on``
+    keeps the hold-outs (``held_out_<name>``), the domain of the runs, held-out ones included,
+    and each family's error on the fitted runs and on the held-out ones (:func:`errors`)."""
     import numpy as np
     from scipy.optimize import nnls
 
-    hold_out = set(hold_out)
+    held = {
+        "K": sorted(set(hold_out)),
+        "rate_mbit": sorted({float(x) for x in hold_out_rate}),
+        "rack_size": sorted(set(hold_out_rack)),
+        "model": sorted(set(hold_out_model)),
+    }
+    kept = []
+    for summary in summaries:
+        if faithful(summary):
+            kept.append(summary)
+            continue
+        problems = (summary.get("fidelity") or {}).get("problems") or ["not checked"]
+        print(
+            f"note: left out of the fit, outside the scale model's fidelity "
+            f"({'; '.join(problems)}): {run_name(summary)}",
+            file=sys.stderr,
+        )
     base = Calibration({f: Costs() for f in FAMILIES}, compute)
     rows: dict[str, list] = {}
     used: dict[str, list] = {}
     domain: dict[str, dict] = {}
-    for summary in summaries:
+    for summary in kept:
         s = scenario_of(summary)
         try:
             p = predict(s, base)
@@ -636,14 +730,14 @@ def fit(
             continue
         d = domain.setdefault(
             s.family, {"K": [], "rate_mbit": [], "topologies": set(), "models": set(),
-                       "shared": set()}
+                       "hosts": set()}
         )  # fmt: skip
         d["K"].append(s.n_workers)
         d["rate_mbit"].append(s.rate_mbit)
         d["topologies"].add(s.topology)
         d["models"].add(s.model)
-        d["shared"].add(s.cores is not None)
-        if summary["n_workers"] in hold_out:
+        d["hosts"].add(s.hosts)
+        if held_out_by(s, held):
             continue
         y = measured_step(summary)
         share = _hosts_sharing(s)
@@ -672,33 +766,67 @@ def fit(
         )
     fitted_on = {
         "runs": {f: len(v) for f, v in used.items()},
-        "held_out_K": sorted(hold_out),
+        **{f"held_out_{name}": values for name, values in held.items()},
         "domain": {
             f: {
                 "K": [min(d["K"]), max(d["K"])],
                 "rate_mbit": [min(d["rate_mbit"]), max(d["rate_mbit"])],
                 "topologies": sorted(d["topologies"]),
                 "models": sorted(d["models"]),
-                "shared": sorted(d["shared"]),  # whether the workers shared one machine
+                "hosts": sorted(d["hosts"]),  # where the workers ran (HOSTS)
             }
             for f, d in domain.items()
             if f in used
         },
     }
     fitted = Calibration(costs, compute, fitted_on)
-    errors: dict[str, dict] = {}
-    for row in compare(summaries, fitted):
-        e = errors.setdefault(row["family"], {"fitted": 0.0, "held_out": None})
-        which = "held_out" if row["held_out"] else "fitted"
-        e[which] = max(e[which] or 0.0, abs(row["error_pct"]))
-    fitted_on["error_pct"] = {f: e for f, e in errors.items() if f in used}
+    found = errors(compare(kept, fitted))
+    fitted_on["error_pct"] = {f: e for f, e in found.items() if f in used}
     return fitted
 
 
+def errors(rows: Iterable[Mapping]) -> dict[str, dict]:
+    """Per family, the error (percent of the measured median step, its size) of :func:`compare`'s
+    rows: the worst on the fitted runs (``fitted``) and on the held-out ones (``held_out``;
+    ``None``: none), the mean of each (``mean``), and per hold-out that left runs out
+    (``held_out_by``: a run held out by two is in both) their number, mean and worst.
+
+    >>> rows = [{"family": "ddp", "error_pct": e, "held_out_by": by}
+    ...     for e, by in [(2.0, []), (-4.0, []), (10.0, ["K"]), (-6.0, ["K", "model"])]]
+    >>> errors(rows)["ddp"]  # doctest: +NORMALIZE_WHITESPACE
+    {'fitted': 4.0, 'held_out': 10.0, 'mean': {'fitted': 3.0, 'held_out': 8.0},
+     'held_out_by': {'K': {'runs': 2, 'mean': 8.0, 'worst': 10.0},
+                     'model': {'runs': 1, 'mean': 6.0, 'worst': 6.0}}}
+    """
+    found: dict[str, dict[str, list]] = {}
+    for row in rows:
+        groups = found.setdefault(row["family"], {"fitted": [], "held_out": []})
+        size = abs(row["error_pct"])
+        for name in ["held_out", *row["held_out_by"]] if row["held_out_by"] else ["fitted"]:
+            groups.setdefault(name, []).append(size)
+    worst = lambda x: max(x) if x else None  # noqa: E731
+    mean = lambda x: round(sum(x) / len(x), 1) if x else None  # noqa: E731
+    return {
+        family: {
+            "fitted": worst(g["fitted"]) or 0.0,
+            "held_out": worst(g["held_out"]),
+            "mean": {"fitted": mean(g["fitted"]) or 0.0, "held_out": mean(g["held_out"])},
+            "held_out_by": {
+                name: {"runs": len(x), "mean": mean(x), "worst": worst(x)}
+                for name, x in g.items()
+                if name in HOLD_OUTS
+            },
+        }
+        for family, g in found.items()
+    }
+
+
 def compare(summaries: Sequence[Mapping], cal: Calibration | None = None) -> list[dict]:
-    """Per run: predicted and measured median step (ms) and the error, in percent."""
+    """Per run: predicted and measured median step (ms) and the error, in percent; whether
+    the calibration's fit held it out, and by which hold-outs (``held_out_by``); and whether
+    its times are faithful (:func:`faithful`)."""
     cal = cal or Calibration.load()
-    held = set(cal.fitted_on.get("held_out_K", []))
+    held = held_outs(cal.fitted_on)
     out = []
     for summary in summaries:
         s = scenario_of(summary)
@@ -707,18 +835,21 @@ def compare(summaries: Sequence[Mapping], cal: Calibration | None = None) -> lis
         except ImpossibleLayout:
             continue
         y = measured_step(summary)
+        by = held_out_by(s, held)
         out.append(
             {
                 "run": s.describe(),
                 "K": s.n_workers,
                 "topology": s.topology,
                 "family": s.family,
-                "held_out": s.n_workers in held,
+                "held_out": bool(by),
+                "held_out_by": by,
                 "predicted_ms": round(1e3 * p.step_s, 2),
                 "measured_ms": round(1e3 * y, 2),
                 "bound_ms": round(1e3 * p.bound_s, 2),
                 "error_pct": round(100 * (p.step_s - y) / y, 1),
                 "outside": list(p.outside),
+                "faithful": faithful(summary),
             }
         )
     return out
@@ -800,6 +931,41 @@ def _positive(kind):
     return parse
 
 
+def _listed(kind):
+    """An argparse type: values of ``kind`` between commas (``12,16``); ``""``: none."""
+
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list such as 12,16") from None
+
+    parse.__name__ = f"{kind.__name__} list"
+    return parse
+
+
+def _error_lines(error: Mapping, fitted_runs: int, held: Mapping[str, list]) -> list[str]:
+    """A family's error (:func:`errors`) on the fitted runs and on each hold-out's, a line each.
+
+    >>> error = {"mean": {"fitted": 3.0}, "fitted": 4.0,
+    ...     "held_out_by": {"K": {"runs": 2, "mean": 8.0, "worst": 10.0}}}
+    >>> print("\\n".join(_error_lines(error, 5, {"K": [12, 16]})))
+      error on the 5 fitted runs: mean 3.0%, worst 4.0% (of the measured median step)
+      error on the 2 runs held out by K=12,16: mean 8.0%, worst 10.0%
+    """
+    out = [
+        f"  error on the {fitted_runs} fitted runs: mean {error['mean']['fitted']:.1f}%, "
+        f"worst {error['fitted']:.1f}% (of the measured median step)"
+    ]
+    for name, e in (error.get("held_out_by") or {}).items():
+        values = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in held[name])
+        out.append(
+            f"  error on the {e['runs']} runs held out by {name}={values}: mean "
+            f"{e['mean']:.1f}%, worst {e['worst']:.1f}%"
+        )
+    return out
+
+
 def _engine_default(name: str):
     """``coding.<name>`` as ``python -m dcoded`` has it by default."""
     from dcoded.config import config_defaults
@@ -823,7 +989,21 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument(
         "--record", nargs="+", type=Path, metavar=("OUT", "DIR"), help="keep runs, compacted"
     )
-    parser.add_argument("--hold-out-K", default="", help="--fit: K values left out, e.g. 12,16")
+    parser.add_argument(
+        "--hold-out-K", type=_listed(int), default="", help="--fit: K values left out, e.g. 12,16"
+    )
+    parser.add_argument(
+        "--hold-out-rate",
+        type=_listed(float),
+        default="",
+        help="--fit: link rates left out (Mbit/s)",
+    )
+    parser.add_argument(
+        "--hold-out-rack", type=_listed(int), default="", help="--fit: rack sizes left out"
+    )
+    parser.add_argument(
+        "--hold-out-model", type=_listed(str), default="", help="--fit: models left out, e.g. cnn"
+    )
     parser.add_argument("--calibration", type=Path, default=CALIBRATION_FILE)
     parser.add_argument("--algorithm", default="cdc", choices=["cdc", "ddp", "ssgd", "asgd"])
     parser.add_argument("-K", type=_positive(int), default=16, help="workers")
@@ -874,25 +1054,36 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.fit:
         cal = Calibration.load(a.calibration)
-        held = [int(k) for k in a.hold_out_K.split(",") if k]
-        new = fit(load_summaries(a.fit), cal.compute, held)
+        new = fit(
+            load_summaries(a.fit),
+            cal.compute,
+            a.hold_out_K,
+            a.hold_out_rate,
+            a.hold_out_rack,
+            a.hold_out_model,
+        )
         new.save(a.calibration)
+        held = held_outs(new.fitted_on)
         for family, c in new.costs.items():
-            if new.fitted_on["runs"].get(family):
+            runs = new.fitted_on["runs"].get(family)
+            if runs:
                 print(
                     f"{family}: link_overhead {c.link_overhead:.3f}, per_message "
                     f"{1e3 * c.per_message_s:.3f} ms, per_step {1e3 * c.per_step_s:.1f} ms, "
                     f"per_sub_batch {1e3 * c.per_sub_batch_s:.3f} ms, per_step_cpu "
                     f"{1e3 * c.per_step_cpu_s:.2f} ms "
-                    f"({new.fitted_on['runs'][family]} runs)"
+                    f"({runs} runs)"
                 )
+                print("\n".join(_error_lines(new.fitted_on["error_pct"][family], runs, held)))
         print(f"written: {a.calibration}")
         return 0
     cal = Calibration.load(a.calibration)
     if a.compare:
         rows = compare(load_summaries(a.compare), cal)
         for row in rows:
-            tag = " (held out)" if row["held_out"] else ""
+            tag = f" (held out by {', '.join(row['held_out_by'])})" if row["held_out"] else ""
+            if not row["faithful"]:
+                tag += " (outside the scale model's fidelity)"
             if row["outside"]:
                 tag += f" (outside the calibration: {'; '.join(row['outside'])})"
             print(

@@ -297,3 +297,188 @@ def test_a_scenario_is_hashable_and_describes_itself():
     s = _scenario("cdc", 16, redundancy=2, group_size=4, shuffle="hybrid")
     assert hash(s) == hash(replace(s))
     assert "cdc r=2 g=4 hybrid direct, K=16" in s.describe()
+
+
+# --------------------------------------------------------------------------- scale model, hold-outs
+
+TRUTH = {
+    "cdc-direct": P.Costs(1.2, 0.0004, 0.03, 0.002, 0.01),
+    "ddp": P.Costs(1.1, 0.0002, 0.02, 0.0, 0.005),
+}
+COMPUTE = {
+    "dnn": {"samples_per_s": 5e4, "per_call_s": 2e-4},
+    "cnn": {"samples_per_s": 2e4, "per_call_s": 5e-4},
+}
+LAYOUTS = [
+    ("cdc", 1, "summed", "switch"),
+    ("cdc", 2, "coded", "switch"),
+    ("cdc", 3, "summed", "bus"),
+    ("cdc", 2, "summed", "bus"),
+    ("ddp", 1, "coded", "switch"),
+    ("ddp", 1, "coded", "bus"),
+]
+
+
+def _scaled(summary, tdf=5.0, ok=True):
+    """``summary`` as a scale-model run: K emulated machines of one core, its wall times
+    ``tdf`` times the emulated cluster's."""
+    out = json.loads(json.dumps(summary))
+    out["scale_model"] = {"tdf": tdf, "least_tdf": tdf, "host_cores": 1.0, "hosts": 6}
+    out["fidelity"] = {"ok": ok, "problems": [] if ok else ["idle 4% of the time under 15%"]}
+    if "time_s" in out:
+        out["time_s_undilated"] = out["time_s"]
+        out["time_s"] = {k: tdf * v for k, v in out["time_s"].items()}
+    return out
+
+
+def _timed(summary, scale=1.0):
+    """``summary`` with the median step :data:`TRUTH` gives it (times ``scale``): for a
+    scale-model run, its undilated step."""
+    cal = P.Calibration(TRUTH, COMPUTE)
+    step = scale * P.predict(P.scenario_of(summary), cal).step_s
+    summary["time_s"] = {"step_median": step}
+    if "scale_model" in summary:
+        summary["time_s_undilated"] = summary["time_s"]
+        summary["time_s"] = {"step_median": summary["scale_model"]["tdf"] * step}
+    return summary
+
+
+def _grid(Ks=(4, 6, 8, 12), rate=25.0, model="dnn", rack_size=None):
+    """Synthetic runs of :data:`LAYOUTS` (on racks of ``rack_size``, where given), their steps
+    made by :data:`TRUTH`."""
+    out = []
+    for K in Ks:
+        for algorithm, r, shuffle, topology in LAYOUTS:
+            summary = _summary(algorithm, K, r, shuffle, "racks" if rack_size else topology)
+            summary["model"] = model
+            net = summary["environment"]["netem"]
+            net["bandwidth_mbit"] = net["driver_bandwidth_mbit"] = rate
+            if rack_size:
+                net["rack_size"], net["uplink_mbit"] = rack_size, rack_size * rate
+            out.append(_timed(summary))
+    return out
+
+
+def test_a_scale_model_run_is_on_K_machines_and_its_step_undilated():
+    shared = _summary("cdc", 8, 2, "coded", "switch")
+    shared["time_s"] = {"step_median": 0.5, "map": 0.1}
+    scaled = _scaled(shared, tdf=5.0)
+    assert scaled["time_s"]["step_median"] == 2.5
+    assert P.scenario_of(shared).cores == 2 and P.scenario_of(shared).hosts == "shared"
+    assert P.scenario_of(scaled).cores is None and P.scenario_of(scaled).hosts == "machines"
+    assert P.measured_step(shared) == P.measured_step(scaled) == 0.5
+    kept = P.compact(scaled)  # --record keeps what a check reads
+    assert P.scenario_of(kept) == P.scenario_of(scaled) and P.measured_step(kept) == 0.5
+    assert kept["fidelity"] == {"ok": True, "problems": []}
+    assert set(P.compact(shared)) == set(P.compact(scaled)) - {
+        "scale_model",
+        "time_s_undilated",
+        "fidelity",
+    }
+    # K machines: no K / cores sharing of the compute
+    cal = P.Calibration.zero(samples_per_s=1000.0)
+    on_one = P.predict(P.scenario_of(shared), cal).compute_s  # 8 workers on 2 cores
+    assert on_one == pytest.approx(4 * P.predict(P.scenario_of(scaled), cal).compute_s)
+
+
+def test_a_fit_on_scale_model_runs_reads_their_undilated_steps():
+    runs = [_timed(_scaled(s)) for s in _grid()]  # steps of K machines, from the truth
+    assert runs[0]["time_s"]["step_median"] == 5 * P.measured_step(runs[0])
+    fitted = P.fit(runs, COMPUTE)
+    for row in P.compare(runs, fitted):
+        assert abs(row["error_pct"]) < 1e-6 and not row["outside"]
+    assert fitted.fitted_on["domain"]["ddp"]["hosts"] == ["machines"]
+
+
+def test_another_host_kind_is_outside_the_calibration():
+    machines = [_timed(_scaled(s)) for s in _grid()]
+    on_machines = P.fit(machines, COMPUTE)
+    shared = P.scenario_of(_summary("cdc", 6, 2, "coded", "switch"))
+    assert P.outside_calibration(shared, on_machines) == [
+        "workers sharing one machine (fitted on a machine per worker)"
+    ]
+    on_shared = P.fit(_grid(), COMPUTE)
+    scaled = P.scenario_of(machines[0])
+    assert P.outside_calibration(scaled, on_shared) == [
+        "a machine per worker (fitted on workers sharing one machine)"
+    ]
+    assert P.outside_calibration(scaled, on_machines) == []
+    # the committed calibration's older domain (shared: true) says the same
+    assert P.predict(scaled).outside == (
+        "a machine per worker (fitted on workers sharing one machine)",
+    )
+
+
+def test_a_scale_model_run_outside_its_fidelity_is_left_out_of_the_fit(capsys):
+    runs = _grid()
+    bad = _timed(_scaled(_summary("cdc", 6, 2, "coded", "switch"), ok=False), scale=3.0)
+    bad["_path"] = "sweep/7/summary.json"
+    fitted = P.fit([*runs, bad], COMPUTE)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "note: left out of the fit, outside the scale model's fidelity (idle 4% of the time "
+        "under 15%): sweep/7/summary.json"
+    ]
+    assert fitted.fitted_on["runs"] == P.fit(runs, COMPUTE).fitted_on["runs"]
+    assert fitted.fitted_on["domain"]["cdc-direct"]["hosts"] == ["shared"]
+    assert fitted.fitted_on["error_pct"]["cdc-direct"]["fitted"] == 0.0
+    assert [r["faithful"] for r in P.compare([runs[0], bad], fitted)] == [True, False]
+
+
+@pytest.mark.parametrize(
+    "hold_out, name, held",
+    [
+        ({"hold_out_rate": [50]}, "rate_mbit", _grid(rate=50.0)),
+        ({"hold_out_rack": [3]}, "rack_size", _grid((6, 8, 12), rack_size=3)),
+        ({"hold_out_model": ["cnn"]}, "model", _grid(model="cnn")),
+    ],
+)
+def test_a_hold_out_leaves_its_runs_out_of_the_fit_and_says_their_error(hold_out, name, held):
+    fitted_runs = _grid() + _grid((6, 8, 12), rack_size=2)
+    runs = fitted_runs + held
+    cal = P.fit(runs, COMPUTE, **hold_out)
+    (values,) = hold_out.values()
+    assert cal.fitted_on[f"held_out_{name}"] == values
+    count = lambda rs, f: sum(P.scenario_of(s).family == f for s in rs)  # noqa: E731
+    assert cal.fitted_on["runs"] == {f: count(fitted_runs, f) for f in TRUTH}
+    rows = P.compare(runs, cal)
+    assert [r["held_out_by"] for r in rows] == [[]] * len(fitted_runs) + [[name]] * len(held)
+    assert max(abs(r["error_pct"]) for r in rows) < 1e-6  # the truth, fitted without them
+    for family, e in cal.fitted_on["error_pct"].items():
+        assert e["held_out_by"] == {name: {"runs": count(held, family), "mean": 0.0, "worst": 0.0}}
+    # one held-out run 50% slower: its error shows, held out, and the fit is as it was
+    off = [*fitted_runs, *held]
+    off[-1] = _timed(json.loads(json.dumps(held[-1])), scale=1.5)  # a ddp run
+    again = P.fit(off, COMPUTE, **hold_out)
+    e = again.fitted_on["error_pct"]["ddp"]
+    assert e["fitted"] == 0.0 and e["held_out"] == e["held_out_by"][name]["worst"] == 33.3
+    assert e["held_out_by"][name]["mean"] == round(33.3 / count(held, "ddp"), 1)
+    assert again.costs == cal.costs
+
+
+def test_hold_outs_combine_and_the_fit_prints_each_ones_error(tmp_path, capsys):
+    runs = _grid() + _grid(rate=50.0) + _grid(model="cnn")
+    for i, summary in enumerate(runs):
+        (tmp_path / "runs" / str(i)).mkdir(parents=True)
+        (tmp_path / "runs" / str(i) / "summary.json").write_text(json.dumps(summary))
+    path = tmp_path / "calibration.json"
+    P.Calibration({}, COMPUTE).save(path)
+    args = ["--fit", str(tmp_path / "runs"), "--calibration", str(path), "--hold-out-K", "12"]
+    assert P.main([*args, "--hold-out-rate", "50", "--hold-out-model", "cnn"]) == 0
+    out = capsys.readouterr().out
+    cal = P.Calibration.load(path)
+    assert [cal.fitted_on[f"held_out_{n}"] for n in P.HOLD_OUTS] == [[12], [50.0], [], ["cnn"]]
+    assert cal.fitted_on["runs"] == {"cdc-direct": 12, "ddp": 6}  # K = 4, 6, 8 at 25, dnn
+    for family, n in {"cdc-direct": 4, "ddp": 2}.items():  # a grid's runs of it at one K
+        by = cal.fitted_on["error_pct"][family]["held_out_by"]
+        assert {name: x["runs"] for name, x in by.items()} == {
+            "K": 3 * n,  # K = 12 of each grid
+            "rate_mbit": 4 * n,
+            "model": 4 * n,
+        }
+    assert "  error on the 12 fitted runs: mean 0.0%, worst 0.0%" in out
+    assert "  error on the 16 runs held out by rate_mbit=50: mean 0.0%, worst 0.0%" in out
+    assert "  error on the 8 runs held out by model=cnn: mean 0.0%, worst 0.0%" in out
+    with pytest.raises(SystemExit):
+        P.main([*args, "--hold-out-rate", "fifty"])
+    assert "--hold-out-rate: 'fifty' is not a list such as 12,16" in capsys.readouterr().err
