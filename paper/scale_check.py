@@ -1,0 +1,267 @@
+"""The scale model checked: invariance, an undilated truth, and Table 1 both ways.
+
+    sudo .venv/bin/python -m paper.scale_check [--only invariance truth table1] [--steps N]
+                                                [--out paper/scale]
+
+Every run is Table 1's condition (MNIST-sized synthetic data, B = 240, links of 100 Mbit/s on
+a switch, SGD) on the emulated network, for ``--steps`` steps; the median step is compared.
+
+- ``invariance``: the same run at the least TDF this machine allows and at twice it, K = 4 and
+  K = 8, for ddp, cdc r = 2 and cdc r = 3, dnn and cnn: the undilated median steps should agree
+  within 10%.
+- ``truth``: K = 2 workers, each pinned to a core of its own, without the scale model (with two
+  cores the scheduler and the driver cannot be kept off the workers' cores: they are mostly
+  idle while the workers compute, and they share what is left), against the same run under the
+  scale model at two factors.
+- ``table1``: K = 4, dnn and cnn, ssgd, ddp and cdc at r = 1..4, on the contended host (every
+  host sharing the cores freely) and under the scale model.
+
+Each part writes its rows to ``OUT/<part>.json`` as it goes (a part already there is read, not
+run again, unless ``--force``), and ``OUT/SCALE.md`` is rewritten from all of them at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from dcoded import files, scale
+from dcoded.config import compose_config
+from dcoded.netem import release_shared
+from dcoded.run import run
+
+BASE = [
+    "cluster=netem",
+    "dataset=synthetic",
+    "cluster.bandwidth_mbit=100",
+    "train.batch_size=240",
+    "train.eval_every=0",
+    "progress=false",
+]
+ALGORITHMS = {
+    "ssgd": ["algorithm=ssgd"],
+    "ddp": ["algorithm=ddp"],
+    **{f"cdc r={r}": ["algorithm=cdc", f"coding.redundancy={r}"] for r in (1, 2, 3, 4)},
+}
+TOLERANCE = 0.10
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "")
+
+
+def _one(overrides: list[str], out: Path) -> dict:
+    """One run; its undilated median step (ms), TDF and fidelity."""
+    t0 = time.monotonic()
+    s = run(compose_config([*BASE, *overrides]), out_dir=out, reuse_cluster=True)
+    times = s.get("time_s_undilated") or s["time_s"]
+    fid = s.get("fidelity")
+    row = {
+        "overrides": overrides,
+        "step_ms": 1e3 * times["step_median"],
+        "map_ms": 1e3 * (times.get("map") or 0.0),
+        "wall_step_ms": 1e3 * s["time_s"]["step_median"],
+        "tdf": (s.get("scale_model") or {}).get("tdf", 1.0),
+        "fidelity": None if fid is None else fid["ok"],
+        "problems": None if fid is None else fid["problems"],
+        "idle_median": None if fid is None else fid["idle"]["median"],
+        "softirq_max": None if fid is None else fid["idle"]["softirq_max"],
+        "param_sha256": s["param_sha256"],
+        "run_s": round(time.monotonic() - t0, 1),
+    }
+    print(
+        f"  {' '.join(overrides)}: {row['step_ms']:.1f} ms (TDF {row['tdf']:.2f}, fidelity "
+        f"{row['fidelity']}) in {row['run_s']:.0f} s",
+        flush=True,
+    )
+    return row
+
+
+def invariance(out: Path, steps: int) -> list[dict]:
+    rows = []
+    for k in (4, 8):
+        least = scale.plan(1, k + 2).tdf
+        for factor in (1, 2):
+            tdf = round(least * factor, 3) + 0.001  # above the least, whatever the rounding
+            for model in ("dnn", "cnn"):
+                for name in ("ddp", "cdc r=2", "cdc r=3"):
+                    ov = [
+                        f"cluster.n_workers={k}",
+                        f"model={model}",
+                        f"train.steps={steps}",
+                        "cluster.scale_model=true",
+                        f"cluster.dilation={tdf}",
+                        *ALGORITHMS[name],
+                    ]
+                    row = _one(
+                        ov, out / "runs" / f"inv-K{k}-x{factor}-{model}-{name.replace(' ', '')}"
+                    )
+                    rows.append(
+                        {"K": k, "factor": factor, "model": model, "algorithm": name, **row}
+                    )
+        release_shared()
+    return rows
+
+
+def truth(out: Path, steps: int) -> list[dict]:
+    rows = []
+    least = scale.plan(1, 4).tdf
+    ways = {
+        "pinned": ["cluster.pin_workers=true"],
+        "scale x1": ["cluster.scale_model=true"],
+        "scale x2": ["cluster.scale_model=true", f"cluster.dilation={2 * least + 0.001:.3f}"],
+    }
+    for way, extra in ways.items():
+        for model in ("dnn", "cnn"):
+            for name in ("ddp", "cdc r=1", "cdc r=2"):
+                ov = ["cluster.n_workers=2", f"model={model}", f"train.steps={steps}", *extra]
+                row = _one(
+                    [*ov, *ALGORITHMS[name]],
+                    out / "runs" / f"truth-{way}-{model}-{name.replace(' ', '')}",
+                )
+                rows.append({"way": way, "model": model, "algorithm": name, **row})
+        release_shared()
+    return rows
+
+
+def table1(out: Path, steps: int) -> list[dict]:
+    rows = []
+    for way, extra in {"contended": [], "scale model": ["cluster.scale_model=true"]}.items():
+        for model in ("dnn", "cnn"):
+            for name, ov in ALGORITHMS.items():
+                ov = ["cluster.n_workers=4", f"model={model}", f"train.steps={steps}", *extra, *ov]
+                row = _one(ov, out / "runs" / f"t1-{_slug(way)}-{model}-{name.replace(' ', '')}")
+                rows.append({"way": way, "model": model, "algorithm": name, **row})
+        release_shared()
+    return rows
+
+
+PARTS = {"invariance": invariance, "truth": truth, "table1": table1}
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a / b - 1):+.1f}%"
+
+
+def report(out: Path) -> str:
+    lines = ["# The scale model, checked", ""]
+    lines += [
+        "Generated by `python -m paper.scale_check`; every time is the undilated median step "
+        "(ms) over the run's steps. Table 1's condition: MNIST-sized synthetic data, B = 240, "
+        "links of 100 Mbit/s on a switch.",
+        "",
+    ]
+    path = out / "invariance.json"
+    if path.exists():
+        rows = json.loads(path.read_text())
+        lines += [
+            "## Invariance: the same run at two dilation factors",
+            "",
+            "| K | model | algorithm | TDF | step ms | TDF x2 | step ms | difference "
+            "| within 10% |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for a in (r for r in rows if r["factor"] == 1):
+            b = next(
+                r
+                for r in rows
+                if r["factor"] == 2
+                and (r["K"], r["model"], r["algorithm"]) == (a["K"], a["model"], a["algorithm"])
+            )
+            ok = abs(b["step_ms"] / a["step_ms"] - 1) <= TOLERANCE
+            lines.append(
+                f"| {a['K']} | {a['model']} | {a['algorithm']} | {a['tdf']:.2f} | "
+                f"{a['step_ms']:.1f} | {b['tdf']:.2f} | {b['step_ms']:.1f} | "
+                f"{_pct(b['step_ms'], a['step_ms'])} | {'yes' if ok else 'NO'} |"
+            )
+        lines += ["", _fidelity_line(rows), ""]
+    path = out / "truth.json"
+    if path.exists():
+        rows = json.loads(path.read_text())
+        lines += [
+            "## Against the truth: K = 2 workers, each pinned to a core of its own",
+            "",
+            "| model | algorithm | pinned, undilated | scale x1 | vs pinned | scale x2 "
+            "| vs pinned |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in (r for r in rows if r["way"] == "pinned"):
+            got = {
+                r["way"]: r
+                for r in rows
+                if (r["model"], r["algorithm"]) == (t["model"], t["algorithm"])
+            }
+            a, b = got["scale x1"], got["scale x2"]
+            lines.append(
+                f"| {t['model']} | {t['algorithm']} | {t['step_ms']:.1f} | {a['step_ms']:.1f} "
+                f"(TDF {a['tdf']:.2f}) | {_pct(a['step_ms'], t['step_ms'])} | "
+                f"{b['step_ms']:.1f} (TDF {b['tdf']:.2f}) | {_pct(b['step_ms'], t['step_ms'])} |"
+            )
+        lines += ["", _fidelity_line([r for r in rows if r["way"] != "pinned"]), ""]
+    path = out / "table1.json"
+    if path.exists():
+        rows = json.loads(path.read_text())
+        lines += [
+            "## Table 1 (K = 4) on the contended host and under the scale model",
+            "",
+            "| model | algorithm | contended ms | vs ssgd | map ms | scale model ms | vs ssgd "
+            "| map ms |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for model in ("dnn", "cnn"):
+            by = {(r["way"], r["algorithm"]): r for r in rows if r["model"] == model}
+            for name in ALGORITHMS:
+                c, s = by.get(("contended", name)), by.get(("scale model", name))
+                if not c or not s:
+                    continue
+                c0, s0 = by[("contended", "ssgd")], by[("scale model", "ssgd")]
+                lines.append(
+                    f"| {model} | {name} | {c['step_ms']:.1f} | "
+                    f"{c['step_ms'] / c0['step_ms']:.2f} | {c['map_ms']:.1f} | "
+                    f"{s['step_ms']:.1f} | {s['step_ms'] / s0['step_ms']:.2f} | "
+                    f"{s['map_ms']:.1f} |"
+                )
+        lines += ["", _fidelity_line([r for r in rows if r["way"] == "scale model"]), ""]
+    return "\n".join(lines)
+
+
+def _fidelity_line(rows: list[dict]) -> str:
+    scaled = [r for r in rows if r["fidelity"] is not None]
+    held = sum(bool(r["fidelity"]) for r in scaled)
+    idle = sorted(r["idle_median"] for r in scaled if r["idle_median"] is not None)
+    mid = (
+        f"; the machine's median idle over a run {100 * idle[len(idle) // 2]:.0f}%" if idle else ""
+    )
+    soft = [r["softirq_max"] for r in scaled if r.get("softirq_max") is not None]
+    if soft:
+        mid += f"; the kernel's packet work (softirq) at most {100 * max(soft):.0f}% of the cores"
+    return f"Fidelity held in {held} of {len(scaled)} scale-model runs{mid}."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m paper.scale_check", description=__doc__)
+    parser.add_argument("--only", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("paper/scale"))
+    parser.add_argument("--force", action="store_true", help="run parts already written again")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for part in args.only:
+        path = args.out / f"{part}.json"
+        if path.exists() and not args.force:
+            print(f"{part}: read from {path}")
+            continue
+        print(f"{part}:", flush=True)
+        rows = PARTS[part](args.out, args.steps)
+        files.write_text(path, json.dumps(rows, indent=1))
+    text = report(args.out)
+    files.write_text(args.out / "SCALE.md", text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
