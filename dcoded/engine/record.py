@@ -35,6 +35,7 @@ from pathlib import Path
 from dcoded import files
 from dcoded.engine.registry import parse_key
 from dcoded.errors import ReplicaMismatch
+from dcoded.interrupt import signals_deferred
 from dcoded.results import PHASES
 
 BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
@@ -450,23 +451,28 @@ class TrainingLog:
     def write_rows(self, upto: int | None = None, sync: bool = False) -> None:
         """Write the rows of the steps up to ``upto`` (every step: ``None``) to the history
         file, in step order, and forget what the log held of them; ``sync``: flush the file
-        to disk (beside a checkpoint)."""
-        if self._loops_begin:
-            self._loop_rows(final=True)
-        steps = sorted(s for s in self._steps if upto is None or s <= upto)
-        rows = []
-        for step in steps:
-            st = self._steps.pop(step)
-            if st.row:  # a step the driver knows (setup's records have none)
-                rows.append(self._row(step, st))
-                self._straggled(step, st)
-        if steps:
-            self._written_upto = max(steps[-1], self._written_upto or steps[-1])
-        if rows:
-            self.history_file.append(rows, sync=sync)
-            self.last_written = rows[-1]["step"]
-        elif sync:
-            self.history_file.sync()
+        to disk (beside a checkpoint).
+
+        Ctrl-C and SIGTERM wait until it is done (:func:`~dcoded.interrupt.signals_deferred`):
+        raised in between, they lost the steps already taken out of the log and not yet in the
+        file, and the interrupted run's last rows left a hole in its history."""
+        with signals_deferred():
+            if self._loops_begin:
+                self._loop_rows(final=True)
+            steps = sorted(s for s in self._steps if upto is None or s <= upto)
+            rows = []
+            for step in steps:
+                st = self._steps.pop(step)
+                if st.row:  # a step the driver knows (setup's records have none)
+                    rows.append(self._row(step, st))
+                    self._straggled(step, st)
+            if steps:
+                self._written_upto = max(steps[-1], self._written_upto or steps[-1])
+            if rows:
+                self.history_file.append(rows, sync=sync)
+                self.last_written = rows[-1]["step"]
+            elif sync:
+                self.history_file.sync()
 
     def _row(self, step: int, st: _Step) -> dict:
         """The step's row (``HISTORY_COLUMNS``), ``None`` where a value does not apply."""
