@@ -178,6 +178,7 @@ class Network:
     #: links and timers dilated by its TDF; ``None``: the hosts share the machine freely
     model: scale.ScaleModel | None = None
     groups: scale.HostGroups | None = None
+    awake: scale.CpusAwake | None = None  # the CPUs kept out of sleep while the network lives
 
     @property
     def tdf(self) -> float:
@@ -255,6 +256,7 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
     try:
         if model is not None:
             net.groups = scale.HostGroups(f"{prefix()}-{run}", names, model)
+            net.awake = scale.CpusAwake()
         _ip("netns", "add", hub)
         _bridge(hub, "br0")
         if links.topology == "racks":
@@ -437,6 +439,7 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
     cpus = sorted(os.sched_getaffinity(0))
     _own_folder(log_dir)
     net.scratch = tempfile.mkdtemp(prefix=f"{net.hub.removesuffix('-hub')}-")  # mode 0700
+    timers = scale.dask_timers(net.tdf) if net.model else {}  # Dask's own, dilated too
     bindir = Path(sys.executable).parent
     sched = net.hosts["sched"]
     out = files.create(log_dir / "scheduler.log")  # closed by destroy()
@@ -453,7 +456,9 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                 str(SCHEDULER_PORT),
                 "--no-dashboard",
             ],
+            env=timers,
             net=net,
+            cpu=host_cpu(net, "sched", cpus),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -495,13 +500,27 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
                     "MKL_NUM_THREADS": "1",
                     "DCODED_CGROUP_ROOT": cgroups,
                     **extra,
+                    **timers,
                 },
                 net=net,
-                cpu=cpus[int(host.name[1:]) % len(cpus)] if net.links.pin_workers else None,
+                cpu=host_cpu(net, host.name, cpus),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
         )
+
+
+def host_cpu(net: Network, name: str, cpus: list[int] | None = None) -> int | None:
+    """The core a host's processes are pinned to, or ``None``: worker ``k`` to core ``k`` mod
+    the cores with ``cluster.pin_workers``; under the scale model every host, round-robin in
+    the order sched, w0, w1, ..., drv (:meth:`~dcoded.scale.ScaleModel.cpu`)."""
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
+    if net.links.pin_workers and name.startswith("w"):
+        return cpus[int(name[1:]) % len(cpus)]
+    if net.model is not None:
+        index = net.model.cpu(list(net.hosts).index(name))
+        return None if index is None else cpus[index % len(cpus)]
+    return None
 
 
 def tx_bytes(host: Host) -> int:
@@ -530,6 +549,8 @@ def destroy(net: Network) -> None:
         _delete_namespace(ns)
     if net.groups is not None:
         net.groups.remove()
+    if net.awake is not None:
+        net.awake.close()
     for f in net.logs:
         f.close()
     if net.scratch:
@@ -732,7 +753,9 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     proc = _in_ns(
         net.hosts["drv"],
         [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
+        env=scale.dask_timers(net.tdf) if net.model else None,
         net=net,
+        cpu=host_cpu(net, "drv"),
         stdin=subprocess.PIPE,
         text=True,
     )
@@ -775,7 +798,11 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
     window = (summary or {}).get("loop_unix_s")
     fidelity = scale.judge(samples, net.model, queue_rates(net), window)
     if summary is not None:
-        summary["scale_model"] = {**net.model.as_dict(), "hosts_used": fidelity.pop("hosts")}
+        summary["scale_model"] = {
+            **net.model.as_dict(),
+            "cpus_kept_awake": bool(net.awake and net.awake.held),
+            "hosts_used": fidelity.pop("hosts"),
+        }
         summary["time_s_undilated"] = scale.undilated(summary.get("time_s") or {}, net.tdf)
         summary["fidelity"] = fidelity
         text = json.dumps(summary, indent=2, default=str) + "\n"  # as the driver wrote it

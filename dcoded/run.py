@@ -90,7 +90,7 @@ def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
 def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> dict:
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
-    if out_dir is not None:
+    if out_dir is not None and "given" not in c["cluster"]:  # the emulated driver's parent said it
         _say_if_replacing(Path(out_dir), c["train"].get("resume"))
     if c["cluster"]["kind"] == "netem":
         if spec.algorithm == "serial":

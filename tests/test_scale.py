@@ -4,6 +4,7 @@ up, and on a machine overloaded on purpose), and a run under it on the emulated 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -31,8 +32,16 @@ CAN_CGROUP = os.geteuid() == 0 and scale.usable() is None
 @pytest.mark.parametrize("cores", [2, 16])
 def test_quotas_add_up_to_the_fraction_and_the_tdf_follows(hosts, host_cores, cores):
     m = scale.plan(host_cores, hosts, cores)
-    assert m.tdf == pytest.approx(host_cores * hosts / (cores * scale.QUOTA_FRACTION))
-    assert m.quota_cores * m.hosts == pytest.approx(cores * scale.QUOTA_FRACTION)
+    if host_cores <= 1:  # one core each, round-robin: the busiest core's hosts fill its share
+        busiest = max(sum(m.cpu(i) == c for i in range(hosts)) for c in range(cores))
+        assert busiest == math.ceil(hosts / cores)
+        assert m.tdf == pytest.approx(host_cores * busiest / scale.QUOTA_FRACTION)
+        assert m.quota_cores * busiest == pytest.approx(scale.QUOTA_FRACTION)
+    else:
+        assert m.cpu(0) is None
+        assert m.tdf == pytest.approx(host_cores * hosts / (cores * scale.QUOTA_FRACTION))
+        assert m.quota_cores * m.hosts == pytest.approx(cores * scale.QUOTA_FRACTION)
+    assert m.quota_cores * m.hosts <= cores * scale.QUOTA_FRACTION + 1e-9
     quota_us, period_us = m.quota()
     assert quota_us >= 1000 and period_us >= scale.PERIOD_US  # the kernel's least quota
     assert quota_us / period_us == pytest.approx(m.quota_cores, rel=2e-3)
@@ -114,6 +123,29 @@ def test_a_straggler_stall_lasts_tdf_times_longer_and_is_recorded_undilated():
     assert slept >= 0.080  # 20 ms dilated 4x
     assert injected.fields()["drawn_ms"] == 20.0
     assert injected.fields()["slept_ms"] == pytest.approx(1000 * slept / 4, rel=0.05)
+
+
+def test_dasks_own_timers_are_dilated_for_the_hosts():
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    env = scale.dask_timers(3.0)
+    assert len(env) == len(scale.DASK_TIMERS)
+    for key in scale.DASK_TIMERS:
+        name = "DASK_" + "__".join(p.upper().replace("-", "_") for p in key.split("."))
+        given = parse_timedelta(dask.config.get(key), default="s")
+        assert parse_timedelta(env[name]) == pytest.approx(3.0 * given)
+
+
+def test_cpus_are_kept_awake_while_held_and_let_go_after():
+    awake = scale.CpusAwake()
+    if os.geteuid() != 0 or not scale.CPU_LATENCY.exists():
+        assert not awake.held
+        return
+    assert awake.held
+    awake.close()
+    assert not awake.held
+    awake.close()  # twice is harmless
 
 
 # --------------------------------------------------------------------------- fidelity
@@ -253,6 +285,7 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
     assert on_disk == s
     m = s["scale_model"]
     assert m["hosts"] == 5 and m["tdf"] == pytest.approx(m["least_tdf"])
+    assert m["pinned"] and m["cpus_kept_awake"]  # root holds /dev/cpu_dma_latency
     assert m["quota_cores"] * m["hosts"] <= m["machine_cores"] * scale.QUOTA_FRACTION + 1e-9
     assert set(m["hosts_used"]) == {"sched", "w0", "w1", "w2", "drv"}
     for name, used in m["hosts_used"].items():
