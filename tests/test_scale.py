@@ -288,8 +288,9 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
     assert m["pinned"] and m["cpus_kept_awake"]  # root holds /dev/cpu_dma_latency
     assert m["quota_cores"] * m["hosts"] <= m["machine_cores"] * scale.QUOTA_FRACTION + 1e-9
     assert set(m["hosts_used"]) == {"sched", "w0", "w1", "w2", "drv"}
-    for name, used in m["hosts_used"].items():
-        assert used["cpu_s"] > 0 and used["nr_periods"] > 0, (name, used)
+    for name, used in m["hosts_used"].items():  # over the loop: the workers computed in it
+        assert used["cpu_s"] > 0 or not name.startswith("w"), (name, used)
+        assert used["nr_periods"] >= used["nr_throttled"] >= 0
         assert used["share_of_quota"] <= 1 + scale.QUOTA_TOLERANCE
     assert s["time_s_undilated"]["step_median"] == pytest.approx(
         s["time_s"]["step_median"] / m["tdf"]
