@@ -139,7 +139,40 @@ def table1(out: Path, steps: int) -> list[dict]:
     return rows
 
 
-PARTS = {"invariance": invariance, "truth": truth, "table1": table1}
+def calibration(out: Path, steps: int) -> list[dict]:
+    """Runs for fitting ``dcoded.predict`` under the scale model beside the ones above (K = 4
+    and 8 at 100 Mbit/s): the same at 400 Mbit/s (a rate four times faster, to hold out), and
+    on racks of 2 and of 3 (K = 4 and 6, uplinks of 100 Mbit/s)."""
+    rows = []
+    shapes = [
+        (k, [f"cluster.n_workers={k}", "cluster.bandwidth_mbit=400"], f"K{k}-400") for k in (4, 8)
+    ]
+    shapes += [
+        (
+            k,
+            [
+                f"cluster.n_workers={k}",
+                "cluster.topology=racks",
+                f"cluster.rack_size={k // 2}",
+                "cluster.uplink_mbit=100",
+            ],
+            f"K{k}-racks{k // 2}",
+        )
+        for k in (4, 6)
+    ]
+    for _k, shape, tag in shapes:
+        for model in ("dnn", "cnn"):
+            for name in ("ssgd", "ddp", "cdc r=2"):
+                ov = [*shape, f"model={model}", f"train.steps={steps}", "cluster.scale_model=true"]
+                row = _one(
+                    [*ov, *ALGORITHMS[name]], out / "runs" / f"cal-{tag}-{model}-{_slug(name)}"
+                )
+                rows.append({"shape": tag, "model": model, "algorithm": name, **row})
+        release_shared()
+    return rows
+
+
+PARTS = {"invariance": invariance, "truth": truth, "table1": table1, "calibration": calibration}
 
 
 def _pct(a: float, b: float) -> str:
