@@ -201,11 +201,11 @@ def test_fidelity_fails_on_a_host_above_its_quota_and_on_a_link_off_its_rate():
         for i in range(4)
     ]
     j = scale.judge(_samples([0.5] * 3, queues=queues), m, {"fast": 10.0, "slow": 10.0})
-    assert j["problems"] == [
-        "link fast ran at 1.50 of its rate",
-        "link slow ran at 0.50 of its rate while backlogged",
-    ]
-    assert j["links"]["slow"]["backlogged_s"] == 3 and j["links"]["fast"]["least"] is None
+    assert j["problems"] == ["link fast ran at 1.50 of its rate"]  # the shaper did not hold
+    # a queue backlogged at both ends of an interval: reported, not judged (it may have emptied
+    # in between; a link starved of CPU shows as a machine without idle)
+    assert j["links"]["slow"]["backlogged_s"] == 3 and j["links"]["slow"]["least"] == 0.5
+    assert j["links"]["fast"]["least"] is None
 
 
 BURN = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"  # noqa: E501
