@@ -86,6 +86,7 @@ def setup(
         )
     else:
         link = Link(run_id, rank, peers, get_worker())
+    link.connect_timeout *= spec.dilation  # the scale model: a connection is network time
     st = registry.find_state(run_id, rank)
     st.link = link
     if spec.stragglers:

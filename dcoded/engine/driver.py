@@ -160,8 +160,11 @@ class Context:
         if self.client is None:
             return []
         # bounded: a dead scheduler would otherwise hold this call for the connect timeout
+        # (under the scale model the scheduler is a throttled host: its answer is dilated too)
         info = self.client.sync(
-            self.client.scheduler.identity, n_workers=-1, callback_timeout=SCHEDULER_TIMEOUT_S
+            self.client.scheduler.identity,
+            n_workers=-1,
+            callback_timeout=SCHEDULER_TIMEOUT_S * self.spec.dilation,
         )
         known = info["workers"]
         out = [(w, "was lost") for w in self.workers if w not in known]
