@@ -47,6 +47,7 @@ ALGORITHMS = {
     **{f"cdc r={r}": ["algorithm=cdc", f"coding.redundancy={r}"] for r in (1, 2, 3, 4)},
 }
 TOLERANCE = 0.10
+KEEP_RUNS = False  # --keep-runs
 
 
 def _slug(name: str) -> str:
@@ -56,7 +57,11 @@ def _slug(name: str) -> str:
 def _one(overrides: list[str], out: Path) -> dict:
     """One run; its undilated median step (ms), TDF and fidelity."""
     t0 = time.monotonic()
-    s = run(compose_config([*BASE, *overrides]), out_dir=out, reuse_cluster=True)
+    done = out / "summary.json"
+    if KEEP_RUNS and done.is_file() and json.loads(done.read_text()).get("status") == "finished":
+        s = json.loads(done.read_text())  # --keep-runs: a run an interrupted check finished
+    else:
+        s = run(compose_config([*BASE, *overrides]), out_dir=out, reuse_cluster=True)
     times = s.get("time_s_undilated") or s["time_s"]
     fid = s.get("fidelity")
     row = {
@@ -280,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("paper/scale"))
     parser.add_argument("--force", action="store_true", help="run parts already written again")
+    parser.add_argument(
+        "--keep-runs", action="store_true", help="read runs an interrupted check finished"
+    )
     args = parser.parse_args(argv)
+    global KEEP_RUNS
+    KEEP_RUNS = args.keep_runs
     args.out.mkdir(parents=True, exist_ok=True)
     for part in args.only:
         path = args.out / f"{part}.json"
