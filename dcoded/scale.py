@@ -521,6 +521,8 @@ def judge(
     return {
         "ok": not problems,
         "problems": problems,
+        # False for a loop shorter than two samples: its pair holds unthrottled time
+        "quotas_judged": judge_quota,
         "tolerance": {
             "idle_min": IDLE_MIN,
             "idle_share": IDLE_SHARE,

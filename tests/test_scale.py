@@ -277,7 +277,7 @@ def test_links_are_dilated_and_keep_their_queues_in_bytes():
 @pytest.mark.skipif(not CAN_CGROUP, reason="needs the cgroup v1 cpu and cpuacct")
 @pytest.mark.timeout(900)
 def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_path):
-    common = ["cluster.n_workers=3", "train.steps=6", "cluster.bandwidth_mbit=100"]
+    common = ["cluster.n_workers=3", "train.steps=30", "cluster.bandwidth_mbit=100"]
     s = dcoded.run.run(netem_config(*common, "cluster.scale_model=true"), out_dir=tmp_path / "sm")
     plain = dcoded.run.run(netem_config(*common), out_dir=tmp_path / "plain")
     assert s["param_sha256"] == plain["param_sha256"]  # the scale model changes no bit
@@ -291,7 +291,8 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
     for name, used in m["hosts_used"].items():  # over the loop: the workers computed in it
         assert used["cpu_s"] > 0 or not name.startswith("w"), (name, used)
         assert used["nr_periods"] >= used["nr_throttled"] >= 0
-        assert used["share_of_quota"] <= 1 + scale.QUOTA_TOLERANCE
+        if s["fidelity"]["quotas_judged"]:  # else its samples hold unthrottled start-up
+            assert used["share_of_quota"] <= 1 + scale.QUOTA_TOLERANCE, (name, used)
     assert s["time_s_undilated"]["step_median"] == pytest.approx(
         s["time_s"]["step_median"] / m["tdf"]
     )
