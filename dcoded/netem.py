@@ -369,25 +369,26 @@ def _shape(net: Network) -> None:
             _tbf(net.hub, end, links.uplink_mbit, links.queue_ms, tdf)
 
 
-def hub_queues(net: Network) -> dict[str, str]:
+def hub_queues(net: Network) -> dict[str, tuple[str, float]]:
     """The shaped queues in the hub, by what they carry: ``"w0 in"`` (what host w0 receives),
-    ``"bus"``, ``"rack0 up"`` and ``"rack0 down"``; values are the devices."""
-    out = {f"{host.name} in": f"v{i}" for i, host in enumerate(net.hosts.values())}
-    if net.links.topology == "bus":
-        out["bus"] = "ifb0"
-    for r in range(n_racks(len(net.workers()), net.links)):
-        out[f"rack{r} up"], out[f"rack{r} down"] = f"u{r}", f"c{r}"
-    return out
+    ``"bus"``, ``"rack0 up"`` and ``"rack0 down"``; values are the device and its real
+    (dilated) rate, Mbit/s."""
+    links = net.links
+    out = {
+        f"{host.name} in": (f"v{i}", links.host_rate(host.name))
+        for i, host in enumerate(net.hosts.values())
+    }
+    if links.topology == "bus":
+        out["bus"] = ("ifb0", links.rate_mbit)
+    for r in range(n_racks(len(net.workers()), links)):
+        out[f"rack{r} up"] = (f"u{r}", links.uplink_mbit)
+        out[f"rack{r} down"] = (f"c{r}", links.uplink_mbit)
+    return {name: (dev, float(rate) / net.tdf) for name, (dev, rate) in out.items()}
 
 
 def queue_rates(net: Network) -> dict[str, float]:
     """The real (dilated) rate of each of :func:`hub_queues`, Mbit/s."""
-    rates = {f"{h.name} in": net.links.host_rate(h.name) for h in net.hosts.values()}
-    if net.links.topology == "bus":
-        rates["bus"] = net.links.rate_mbit
-    for r in range(n_racks(len(net.workers()), net.links)):
-        rates[f"rack{r} up"] = rates[f"rack{r} down"] = net.links.uplink_mbit
-    return {k: float(v) / net.tdf for k, v in rates.items()}
+    return {name: rate for name, (_, rate) in hub_queues(net).items()}
 
 
 def queue_counters(net: Network) -> dict[str, dict[str, int]]:
@@ -400,7 +401,7 @@ def queue_counters(net: Network) -> dict[str, dict[str, int]]:
     ).stdout
     by_dev = {q.get("dev"): q for q in json.loads(text or "[]") if q.get("root")}
     out = {}
-    for name, dev in hub_queues(net).items():
+    for name, (dev, _) in hub_queues(net).items():
         q = by_dev.get(dev)
         if q is not None:
             out[name] = {"bytes": int(q.get("bytes", 0)), "backlog": int(q.get("backlog", 0))}

@@ -81,6 +81,17 @@ def machine_cores() -> float:
         return float(os.cpu_count() or 1)
 
 
+def cfs_quota(cores: float) -> tuple[int, int]:
+    """``(cfs_quota_us, cfs_period_us)`` that let a cgroup use ``cores`` of a core: periods of
+    :data:`PERIOD_US`, longer only where the quota would fall under the kernel's 1 ms minimum.
+
+    >>> cfs_quota(0.2), cfs_quota(0.05)
+    ((2000, 10000), (1000, 20000))
+    """
+    period = max(PERIOD_US, math.ceil(1000 / cores))
+    return max(1000, round(cores * period)), period
+
+
 @dataclass(frozen=True)
 class ScaleModel:
     """One run's quotas and dilation (see :func:`plan`)."""
@@ -112,8 +123,7 @@ class ScaleModel:
 
     def quota(self) -> tuple[int, int]:
         """``(cfs_quota_us, cfs_period_us)`` of each host."""
-        period = max(PERIOD_US, math.ceil(1000 / self.quota_cores))
-        return max(1000, round(self.quota_cores * period)), period
+        return cfs_quota(self.quota_cores)
 
     def as_dict(self) -> dict:
         quota_us, period_us = self.quota()

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dcoded.scale import cfs_quota
+
 #: The straggler models (``straggle.model``).
 MODELS = ("none", "slow", "stall", "exp")
 #: Where the cgroup v1 cpu controller is mounted (a worker of the emulated network is told
@@ -197,9 +199,7 @@ def quota(speed: float, cores: float, n_workers: int) -> tuple[int, int]:
     >>> quota(0.1, 2, 16)
     (1000, 80000)
     """
-    share = speed * cores / n_workers
-    period = max(10_000, int(np.ceil(1000 / share)))
-    return max(1000, round(share * period)), period
+    return cfs_quota(speed * cores / n_workers)
 
 
 class Throttle:
