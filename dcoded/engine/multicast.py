@@ -16,9 +16,11 @@ number it has had from that sender), but never while datagrams still wait unread
 socket. The way between two hosts keeps the order, so the sender, which keeps what it sent for
 two steps, re-sends the missing datagrams to that receiver alone only once the receiver has
 had a datagram sent after them: anything else is data still on its way, and gets a small
-marker behind it instead, whose arrival makes the receiver ask again at once. Asks and
-re-sends are counted by cause (:data:`CAUSES`). ``transport.test_drop`` drops a seeded
-fraction of the datagrams where they are received, to test exactly that.
+marker behind it instead (behind the message once it is made, for an ask that came before),
+whose arrival makes the receiver ask again at once; without one, each ask of a message waits
+twice as long as the one before. Asks and re-sends are counted by cause (:data:`CAUSES`).
+``transport.test_drop`` drops a seeded fraction of the datagrams where they are received, to
+test exactly that.
 
 Every datagram ends in a message authentication code (keyed BLAKE2b, :data:`MAC` bytes) over
 all that comes before it, under a random key the driver makes for the run and hands each worker
@@ -73,10 +75,13 @@ MARKER = 0x40
 #: Why a receiver got a datagram again: the test dropped the first copy on purpose
 #: (``injected``), the first copy never came (``lost``), or it came after all (``late``).
 CAUSES = ("injected", "lost", "late")
-#: How long a receiver lets a message rest before it asks for the rest again (twice as long
-#: after the first ask, three times after the second, then four times: a repair takes time to
-#: come), by default (``transport.repair_after_ms``; on the emulated network its queues' depth).
+#: How long a receiver lets a message rest before it asks for the rest again, by default
+#: (``transport.repair_after_ms``; on the emulated network its queues' depth). Each further ask
+#: of the message waits twice as long as the one before, up to :data:`BACKOFF` times: a repair,
+#: or the marker behind data still on its way, takes time to come, and asks every few
+#: milliseconds from every receiver of a slow medium overran it (and the repairs with it).
 REPAIR_AFTER_S = 0.05
+BACKOFF = 64
 #: How far a sender late on its pace (a thread not scheduled in time) may catch up at once.
 CATCH_UP_S = 0.001
 #: Bytes of the message authentication code that ends every datagram, and of the run's key.
@@ -161,7 +166,10 @@ class MulticastLink(Link):
         self._partial: dict[str, dict] = {}  # key -> {"parts", "count", "seen", "asked"}
         self._outbox: queue.Queue = queue.Queue()
         self._done: collections.deque = collections.deque(maxlen=4096)  # keys filed
-        self._transmitted: dict[str, int] = {}  # key -> the sequence number of its last datagram
+        # (key, None) -> the sequence number of the message's last datagram; (key, rank) -> that
+        # of the last repair of it sent to that rank alone (markers are not data: not kept)
+        self._transmitted: dict[tuple[str, int | None], int] = {}
+        self._marker_owed: dict[str, set[int]] = {}  # key not made yet -> ranks that asked for it
         self._seq = 0  # the sequence number of the next datagram this rank puts on the network
         self._heard: dict[int, int] = {}  # sender -> the highest sequence number had from it
         self._rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -205,7 +213,9 @@ class MulticastLink(Link):
                 self._kept[key] = (datagrams, _step_of(key))
                 dest = self.ips[dests[0]] if len(dests) == 1 else None
                 where = dest or group_address(self.run_id, dests)
-                self._outbox.put((key, where, datagrams, self._pace(kind)))
+                self._outbox.put(((key, None), where, datagrams, self._pace(kind)))
+                for requester in self._marker_owed.pop(key, ()):  # asked for before it was made
+                    self._mark(key, requester)
             self._forget_old()
 
     def _pace(self, kind: str) -> float:
@@ -228,7 +238,7 @@ class MulticastLink(Link):
         due = time.monotonic()
         while self._open:
             try:
-                key, where, datagrams, pace = self._outbox.get(timeout=0.2)
+                sent_as, where, datagrams, pace = self._outbox.get(timeout=0.2)
             except queue.Empty:
                 continue
             try:
@@ -247,7 +257,8 @@ class MulticastLink(Link):
                             raise
                         # a full queue dropped it: a receiver will ask again
                     due += len(datagram) / pace
-                self._transmitted[key] = (self._seq - 1) & 0xFFFFFFFF
+                if sent_as is not None:
+                    self._transmitted[sent_as] = (self._seq - 1) & 0xFFFFFFFF
             except OSError as e:
                 self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
@@ -261,30 +272,48 @@ class MulticastLink(Link):
         the receiver lacks was lost only if it has had a datagram sent after the message's
         last: then the lacking ones go again. If not, they may still be on their way: a
         marker goes behind them instead, and its arrival tells the receiver to ask again."""
-        kept, last = self._kept.get(key), self._transmitted.get(key)
-        if kept is None or last is None or heard < 0 or _before(heard, last):
-            # not sent yet, still queued here, maybe still on its way (or long forgotten)
-            self.asks_early += 1
-            if last is not None:
-                marker = _HEAD.pack(self.tag, 0, 0, 0, len(key), self.rank, MARKER)
-                self._outbox.put(
-                    (key, self.ips[requester], [bytearray(marker + key.encode() + bytes(MAC))], 1e9)
-                )
-            return
+        with self._send_lock:  # send() files a message and its deferred markers at once
+            kept, last = self._kept.get(key), self._transmitted.get((key, None))
+            mine = self._transmitted.get((key, requester))  # a repair for this receiver alone
+            if last is not None and mine is not None and _before(last, mine):
+                last = mine
+            # (only what went to this receiver counts: a marker or a repair another receiver
+            # asked for moved on no number this one waits for, or two receivers lacking the
+            # same message's tail would ask and be marked in turn for ever)
+            if kept is None or last is None or heard < 0 or _before(heard, last):
+                # not sent yet, still queued here, maybe still on its way (or long forgotten)
+                self.asks_early += 1
+                if kept is not None:  # queued or sent: the marker goes behind it
+                    self._mark(key, requester)
+                elif _step_of(key) >= self._newest_kept() - 1:  # not made yet: once it is
+                    self._marker_owed.setdefault(key, set()).add(requester)
+                return
         datagrams = kept[0]
         again = [
             _as_repair(datagrams[i]) for i in (missing if len(missing) else range(len(datagrams)))
         ]
         self.repaired += len(again)
-        self._outbox.put((key, self.ips[requester], again, self._pace("shuffle")))
+        self._outbox.put(((key, requester), self.ips[requester], again, self._pace("shuffle")))
+
+    def _mark(self, key: str, requester: int) -> None:
+        """Queue a marker of ``key`` for ``requester`` behind all this rank has queued."""
+        marker = _HEAD.pack(self.tag, 0, 0, 0, len(key), self.rank, MARKER)
+        self._outbox.put(
+            (None, self.ips[requester], [bytearray(marker + key.encode() + bytes(MAC))], 1e9)
+        )
+
+    def _newest_kept(self) -> int:
+        return max((step for _, step in self._kept.values()), default=0)
 
     def _forget_old(self) -> None:
-        newest = max((step for _, step in self._kept.values()), default=0)
+        newest = self._newest_kept()
+        for key in [k for k in self._marker_owed if _step_of(k) < newest - 1]:
+            del self._marker_owed[key]
         for key in [k for k, (_, step) in self._kept.items() if step < newest - 1]:
             del self._kept[key]
-        # a repair or marker still queued when its message was forgotten files its key again
-        for key in [k for k in list(self._transmitted) if _step_of(k) < newest - 1]:
-            self._transmitted.pop(key, None)
+        # a repair still queued when its message was forgotten files its key again
+        for sent_as in [k for k in list(self._transmitted) if _step_of(k[0]) < newest - 1]:
+            self._transmitted.pop(sent_as, None)
         with self._cond:  # what a receiver remembers of its asks, for as long
             for key in [k for k in self._asked if _step_of(k) < newest - 1]:
                 del self._asked[key]
@@ -375,7 +404,8 @@ class MulticastLink(Link):
     def waiting(self, missing: dict[str, int]) -> None:
         """Ask each sender again for what has rested too long (called under the lock): for
         a message of which nothing came, from when the step began to wait; else from its
-        last datagram; each ask of a message waits longer (up to 4x) than the one before.
+        last datagram; each ask of a message waits twice as long as the one before (up to
+        :data:`BACKOFF` times), and a marker's arrival asks at once.
         Not while datagrams wait unread here: the receiving thread is only behind."""
         if self._unread():
             return
@@ -388,7 +418,8 @@ class MulticastLink(Link):
                 continue
             tries = entry.get("tries", 0)
             rested = now - max(entry["seen"], entry["asked"])
-            if not entry.pop("marked", False) and rested < self.repair_after_s * min(1 + tries, 4):
+            wait = self.repair_after_s * min(1 << min(tries, 30), BACKOFF)
+            if not entry.pop("marked", False) and rested < wait:
                 continue
             entry["asked"], entry["tries"] = now, tries + 1
             have = entry["parts"]
