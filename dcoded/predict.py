@@ -50,7 +50,7 @@ from dcoded import files
 from dcoded.coding import bounds
 from dcoded.coding.messages import algorithm_messages
 from dcoded.coding.placement import check_layout
-from dcoded.errors import ConfigError
+from dcoded.errors import ConfigError, DcodedError
 
 #: Where the fitted costs and the measured compute rates live (shipped with the package).
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
@@ -192,12 +192,15 @@ class Calibration:
 
     @classmethod
     def load(cls, path: Path = CALIBRATION_FILE) -> Calibration:
-        data = json.loads(Path(path).read_text())
-        return cls(
-            {f: Costs(**c) for f, c in data["costs"].items()},
-            data["compute"],
-            data.get("fitted_on", {}),
-        )
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(
+                {f: Costs(**c) for f, c in data.get("costs", {}).items()},
+                dict(data["compute"]),
+                data.get("fitted_on", {}),
+            )
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ConfigError(f"cannot read the calibration {path}: {e!r}") from None
 
     def save(self, path: Path = CALIBRATION_FILE) -> None:
         data = {
@@ -212,14 +215,18 @@ class Calibration:
             return self.costs[family]
         if family.startswith("cdc-") and "cdc-direct" in self.costs:
             return self.costs["cdc-direct"]
-        raise KeyError(f"no fitted costs for {family!r} (fitted: {', '.join(self.costs)})")
+        raise ConfigError(
+            f"no fitted costs for {family!r} (fitted: {', '.join(self.costs) or 'none'})"
+        )
 
     def rate_of(self, model: str) -> tuple[float, float]:
         c = self.compute.get(model) or self.compute.get("*")
         if c is None:
-            raise KeyError(
-                f"no compute rate for model {model!r}: give --samples-per-s, or measure it "
-                f"(python -m dcoded.predict --measure-rate model={model})"
+            raise ConfigError(
+                f"no compute rate for model {model!r} in the calibration (it has "
+                f"{', '.join(self.compute) or 'none'}): give --samples-per-s, or measure one "
+                f"worker here and store it (python -m dcoded.predict --measure-rate "
+                f"model={model} [dataset=...] --calibration FILE)"
             )
         return float(c["samples_per_s"]), float(c.get("per_call_s", 0.0))
 
@@ -1043,8 +1050,22 @@ def main(argv: list[str] | None = None) -> int:
         "--cores", type=_positive(int), default=None, help="workers share one such machine"
     )
     a = parser.parse_args(argv)
+    try:
+        return _command(a)
+    except DcodedError as e:  # bad input, a missing rate or file: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _command(a: argparse.Namespace) -> int:
     if a.measure_rate is not None:
-        print(json.dumps(measure_rate(a.measure_rate), indent=1))
+        rate = measure_rate(a.measure_rate)
+        print(json.dumps(rate, indent=1))
+        path = Path(a.calibration)
+        cal = Calibration.load(path) if path.exists() else Calibration({}, {})
+        cal.compute[rate["model"]] = {k: rate[k] for k in ("samples_per_s", "per_call_s")}
+        cal.save(path)
+        print(f"stored as the compute rate of {rate['model']}: {path}")
         return 0
     if a.record:
         out, *dirs = a.record

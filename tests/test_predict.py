@@ -482,3 +482,41 @@ def test_hold_outs_combine_and_the_fit_prints_each_ones_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         P.main([*args, "--hold-out-rate", "fifty"])
     assert "--hold-out-rate: 'fifty' is not a list such as 12,16" in capsys.readouterr().err
+
+
+def test_a_model_without_a_compute_rate_is_one_line_not_a_traceback(tmp_path, capsys):
+    """``--fit`` on cnn runs with a calibration that has only dnn's rate, and a cnn scenario,
+    each raised a KeyError traceback; a corrupt calibration, a JSONDecodeError. Each is now one
+    line naming what to do, exit 2."""
+    for i, summary in enumerate(_grid(Ks=(4,), model="cnn")):
+        (tmp_path / "runs" / str(i)).mkdir(parents=True)
+        (tmp_path / "runs" / str(i) / "summary.json").write_text(json.dumps(summary))
+    path = tmp_path / "calibration.json"
+    P.Calibration({f: P.Costs() for f in P.FAMILIES}, {"dnn": COMPUTE["dnn"]}).save(path)
+    for args in (
+        ["--fit", str(tmp_path / "runs")],
+        ["--model", "cnn", "-K", "4", "--rate-mbit", "25"],
+    ):
+        assert P.main([*args, "--calibration", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: no compute rate for model 'cnn' in the calibration (it has")
+        assert "--measure-rate model=cnn" in err and err.count("\n") == 1
+    path.write_text('{"costs": {')
+    assert P.main(["--calibration", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot read the calibration {path}")
+
+
+def test_measure_rate_stores_what_it_measured_in_the_calibration(tmp_path, capsys):
+    """``--measure-rate`` printed a rate and left the user to copy it into the file by hand;
+    now it stores it under its model, keeping the costs, and a fit then finds it."""
+    path = tmp_path / "calibration.json"
+    P.Calibration({"ddp": P.Costs(link_overhead=1.5)}, {"cnn": COMPUTE["cnn"]}).save(path)
+    assert P.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(path)]) == 0
+    printed = json.loads(capsys.readouterr().out.split("\nstored as")[0])
+    cal = P.Calibration.load(path)
+    assert cal.compute["dnn"] == {k: printed[k] for k in ("samples_per_s", "per_call_s")}
+    assert cal.compute["cnn"] == COMPUTE["cnn"] and cal.costs["ddp"].link_overhead == 1.5
+    assert printed["samples_per_s"] > 0 and printed["n_params"] == 64 * 16 + 16 + 16 * 10 + 10
+    fresh = tmp_path / "new.json"  # none yet: one with the rate alone
+    assert P.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(fresh)]) == 0
+    assert set(P.Calibration.load(fresh).compute) == {"dnn"}
