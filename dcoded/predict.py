@@ -646,6 +646,66 @@ def measured_step(summary: Mapping) -> float:
     return float(times["step_median"])
 
 
+def measured_map(summary: Mapping) -> float | None:
+    """The run's median map (seconds, undilated under the scale model): the busiest worker's
+    gradients of a step, or ``None`` where the summary does not say (a ``--record``ed run)."""
+    times = summary.get("time_s_undilated") if summary.get("scale_model") else summary["time_s"]
+    value = (times or {}).get("map")
+    return float(value) if value else None
+
+
+#: The algorithms whose ``map`` is one call of the gradients alone (ddp's all-reduce runs
+#: inside its backward pass, and cdc's map sends what each sub-batch made ready).
+PURE_MAP = ("ssgd", "asgd")
+
+
+def fit_compute(
+    summaries: Sequence[Mapping], measured: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict]:
+    """Per model, the compute rate its runs' own maps show (``map = sharing x (samples / rate
+    + per_call)``, least relative squares, non-negative), from the runs whose map is one call
+    of the gradients alone (:data:`PURE_MAP`; cdc's map also sends what each sub-batch made
+    ready, which its family's ``per_sub_batch_s`` takes): one worker's compute as the workers
+    ran it, where ``--measure-rate`` times one process alone. A model with fewer than two
+    such runs keeps the rate it was given (``measured``); a fitted one says on how many runs.
+
+    >>> runs = [{"algorithm": "ssgd", "n_workers": K, "batch_size": 240, "model": "m",
+    ...          "n_params": 10, "time_s": {"step_median": 1.0, "map": 0.002 + 240 / K / 1e3}}
+    ...         for K in (4, 6, 8)]
+    >>> got = fit_compute(runs, {"cnn": {"samples_per_s": 50.0}})
+    >>> round(got["m"]["samples_per_s"]), round(1e3 * got["m"]["per_call_s"], 3), got["m"]["runs"]
+    (1000, 2.0, 3)
+    >>> got["cnn"]
+    {'samples_per_s': 50.0}
+    """
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rows: dict[str, list] = {}
+    for summary in summaries:
+        y = measured_map(summary)
+        s = scenario_of(summary)
+        if y is None or s.algorithm not in PURE_MAP:
+            continue
+        samples, calls = map_calls(s)
+        share = _hosts_sharing(s)
+        rows.setdefault(s.model, []).append(([share * samples / y, share * calls / y], 1.0))
+    out = {m: dict(c) for m, c in measured.items()}
+    for model, data in rows.items():
+        A = np.array([a for a, _ in data])
+        if len(data) < 2:
+            continue
+        (inverse_rate, per_call), _ = nnls(A, np.ones(len(data)))
+        if inverse_rate <= 0:
+            continue
+        out[model] = {
+            "samples_per_s": float(1 / inverse_rate),
+            "per_call_s": float(per_call),
+            "runs": len(data),
+        }
+    return out
+
+
 def faithful(summary: Mapping) -> bool:
     """Whether a run's times stand for the cluster it ran as: every run's but a scale-model
     run's outside its fidelity (``fidelity.ok`` not true)."""
@@ -725,6 +785,8 @@ def fit(
             f"({'; '.join(problems)}): {run_name(summary)}",
             file=sys.stderr,
         )
+    fitted_runs = [m for m in kept if not held_out_by(scenario_of(m), held)]
+    compute = fit_compute(fitted_runs, compute)
     base = Calibration({f: Costs() for f in FAMILIES}, compute)
     rows: dict[str, list] = {}
     used: dict[str, list] = {}

@@ -520,3 +520,40 @@ def test_measure_rate_stores_what_it_measured_in_the_calibration(tmp_path, capsy
     fresh = tmp_path / "new.json"  # none yet: one with the rate alone
     assert P.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(fresh)]) == 0
     assert set(P.Calibration.load(fresh).compute) == {"dnn"}
+
+
+def test_a_fit_takes_each_models_compute_from_its_runs_maps_not_the_measured_rate():
+    """The maps of runs whose map is one gradient call (ssgd) show the compute as the workers
+    ran it: the fit takes each model's rate from them (a model without such runs keeps the
+    rate it was given), and the costs it then fits are the ones that made the steps."""
+    in_runs = {"samples_per_s": 2e4, "per_call_s": 1e-3}  # what the workers really did
+    runs = []
+    for K in (4, 6, 8, 12):
+        for algorithm, r, shuffle, topology in [*LAYOUTS, ("ssgd", 1, "coded", "switch")]:
+            summary = _scaled(_summary(algorithm, K, r, shuffle, topology))  # K machines
+            s = P.scenario_of(summary)
+            truth = {**TRUTH, "ssgd": P.Costs(1.05, 0.001, 0.01, 0.0, 0.0)}
+            cal = P.Calibration(truth, {"dnn": in_runs})
+            step = P.predict(s, cal).step_s
+            summary["time_s_undilated"] = {
+                "step_median": step,
+                "map": P.compute_seconds(s, cal, truth[s.family].per_sub_batch_s),
+            }
+            runs.append(summary)
+    given = {"dnn": {"samples_per_s": 5e4, "per_call_s": 2e-4}, "cnn": COMPUTE["cnn"]}
+    got = P.fit(runs, given)
+    assert got.compute["dnn"]["samples_per_s"] == pytest.approx(2e4, rel=1e-6)
+    assert got.compute["dnn"]["per_call_s"] == pytest.approx(1e-3, rel=1e-6)
+    assert got.compute["dnn"]["runs"] == 4 and got.compute["cnn"] == COMPUTE["cnn"]
+    for family in ("cdc-direct", "ddp", "ssgd"):
+        assert got.fitted_on["error_pct"][family]["fitted"] < 0.1
+    # measured alone, the rate 2.5 times too fast: every fitted error is larger
+    alone = P.fit(
+        [
+            {**r, "time_s_undilated": {"step_median": r["time_s_undilated"]["step_median"]}}
+            for r in runs
+        ],
+        given,
+    )
+    assert alone.compute["dnn"] == given["dnn"]
+    assert alone.fitted_on["error_pct"]["cdc-direct"]["fitted"] > 1.0
