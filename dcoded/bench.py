@@ -275,14 +275,16 @@ def row(summary: dict) -> dict:
 
 def _predicted(summary: dict) -> float | None:
     """The step :mod:`dcoded.predict` predicts from the run's configuration (``None`` off
-    the emulated network, where it knows no link, or for a layout it cannot model)."""
+    the emulated network, where it knows no link, for a layout it cannot model, or a model
+    or family the calibration has no rate or costs for)."""
+    from dcoded.errors import ConfigError
     from dcoded.predict import ImpossibleLayout, predict, scenario_of
 
     if not summary["environment"].get("netem"):
         return None
     try:
         return predict(scenario_of(summary)).step_s
-    except (ImpossibleLayout, KeyError):
+    except (ImpossibleLayout, ConfigError):
         return None
 
 
