@@ -1,7 +1,7 @@
 """The scale model checked: invariance, an undilated truth, and Table 1 both ways.
 
-    sudo .venv/bin/python -m paper.scale_check [--only invariance truth table1] [--steps N]
-                                                [--out paper/scale]
+    sudo .venv/bin/python -m paper.scale_check [--only invariance truth table1 calibration
+                                                predict] [--steps N] [--out paper/scale]
 
 Every run is Table 1's condition (MNIST-sized synthetic data, B = 240, links of 100 Mbit/s on
 a switch, SGD) on the emulated network, for ``--steps`` steps; the median step is compared.
@@ -15,6 +15,10 @@ a switch, SGD) on the emulated network, for ``--steps`` steps; the median step i
   scale model at two factors.
 - ``table1``: K = 4, dnn and cnn, ssgd, ddp and cdc at r = 1..4, on the contended host (every
   host sharing the cores freely) and under the scale model.
+- ``calibration``: more runs to fit ``dcoded.predict`` on: 400 Mbit/s (K = 4, 8), racks of 2
+  and 3 (K = 4, 6), ssgd, ddp and cdc r = 2, dnn and cnn.
+- ``predict``: ``dcoded.predict`` fitted on all these runs once per hold-out (K = 8, 400
+  Mbit/s, racks of 3, each model), and its error on the runs held out.
 
 Each part writes its rows to ``OUT/<part>.json`` as it goes (a part already there is read, not
 run again, unless ``--force``), and ``OUT/SCALE.md`` is rewritten from all of them at the end.
@@ -177,7 +181,58 @@ def calibration(out: Path, steps: int) -> list[dict]:
     return rows
 
 
-PARTS = {"invariance": invariance, "truth": truth, "table1": table1, "calibration": calibration}
+#: ``dcoded.predict``'s hold-outs: (name, the fit's keyword, the values left out).
+HOLD_OUTS = [
+    ("K = 8", "hold_out", [8]),
+    ("400 Mbit/s", "hold_out_rate", [400.0]),
+    ("racks of 3", "hold_out_rack", [3]),
+    ("cnn", "hold_out_model", ["cnn"]),
+    ("dnn", "hold_out_model", ["dnn"]),
+]
+
+
+def predict(out: Path, steps: int) -> list[dict]:
+    """``dcoded.predict`` fitted on every run above (the scale model's and the contended
+    host's), once per hold-out, and its error on the runs each left out; each model's rate
+    measured here alone too (a model held out has only that). Writes the calibration fitted
+    with K = 8 held out to ``OUT/predict_calibration.json``."""
+    from dcoded.predict import fit, load_summaries, measure_rate
+
+    summaries = load_summaries([out / "runs"])
+    compute = {}
+    for model in ("dnn", "cnn"):
+        rate = measure_rate(["dataset=synthetic", f"model={model}"])
+        compute[model] = {k: rate[k] for k in ("samples_per_s", "per_call_s")}
+    rows = []
+    for name, keyword, values in HOLD_OUTS:
+        cal = fit(summaries, compute, **{keyword: values})
+        if keyword == "hold_out":
+            cal.save(out / "predict_calibration.json")
+        for family, e in sorted(cal.fitted_on["error_pct"].items()):
+            by = next(iter((e.get("held_out_by") or {}).values()), None)
+            rows.append(
+                {
+                    "held_out": name,
+                    "family": family,
+                    "fitted_runs": cal.fitted_on["runs"][family],
+                    "fitted_mean": e["mean"]["fitted"],
+                    "fitted_worst": e["fitted"],
+                    "held_out_runs": by["runs"] if by else 0,
+                    "held_out_mean": by["mean"] if by else None,
+                    "held_out_worst": by["worst"] if by else None,
+                    "compute": {m: cal.compute[m].get("runs", "measured") for m in cal.compute},
+                }
+            )
+    return rows
+
+
+PARTS = {
+    "invariance": invariance,
+    "truth": truth,
+    "table1": table1,
+    "calibration": calibration,
+    "predict": predict,
+}
 
 
 def _pct(a: float, b: float) -> str:
@@ -263,6 +318,32 @@ def report(out: Path) -> str:
                     f"{s['map_ms']:.1f} |"
                 )
         lines += ["", _fidelity_line([r for r in rows if r["way"] == "scale model"]), ""]
+    path = out / "predict.json"
+    if path.exists():
+        rows = json.loads(path.read_text())
+        lines += [
+            "## dcoded.predict fitted on these runs, with runs held out",
+            "",
+            "Every run above (the scale model's, undilated, and the contended host's) but those "
+            "outside fidelity; one fit per hold-out. The error is the percent of the measured "
+            "median step: mean / worst. Each model's compute rate is the one its fitted runs' "
+            "ssgd maps show; a held-out model's is the one measured here alone.",
+            "",
+            "| held out | family | fitted runs | error on them | held-out runs | error on them |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            held = (
+                f"{r['held_out_mean']:.1f}% / {r['held_out_worst']:.1f}%"
+                if r["held_out_runs"]
+                else "-"
+            )
+            lines.append(
+                f"| {r['held_out']} | {r['family']} | {r['fitted_runs']} | "
+                f"{r['fitted_mean']:.1f}% / {r['fitted_worst']:.1f}% | {r['held_out_runs']} | "
+                f"{held} |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 
