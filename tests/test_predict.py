@@ -557,3 +557,12 @@ def test_a_fit_takes_each_models_compute_from_its_runs_maps_not_the_measured_rat
     )
     assert alone.compute["dnn"] == given["dnn"]
     assert alone.fitted_on["error_pct"]["cdc-direct"]["fitted"] > 1.0
+
+
+def test_measure_rate_with_an_override_it_cannot_apply_is_one_line(tmp_path, capsys):
+    """An override the composed config lacks (a netem link rate) ended in Hydra's traceback."""
+    path = tmp_path / "calibration.json"
+    assert P.main(["--measure-rate", "cluster.bandwidth_mbit=100", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --measure-rate cluster.bandwidth_mbit=100: Could not override")
+    assert err.count("\n") == 1 and not path.exists()
