@@ -738,6 +738,9 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
                 "scale": {
                     **net.model.as_dict(),
                     "quota_files": net.groups.quota_files(f"/proc/{os.getpid()}/root"),
+                    # the driver's own: it measures the compute speed under the quota there
+                    "probe_file": f"/proc/{os.getpid()}/root{net.groups.cpu('drv')}"
+                    "/cpu.cfs_quota_us",
                 }
             }
             if net.model
@@ -797,10 +800,12 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
     path = out_dir / "summary.json"
     summary = json.loads(path.read_text()) if path.is_file() else None
     window = (summary or {}).get("loop_unix_s")
-    fidelity = scale.judge(samples, net.model, queue_rates(net), window)
+    compute = ((summary or {}).get("scale_model") or {}).get("compute")  # the driver's probe
+    fidelity = scale.judge(samples, net.model, queue_rates(net), window, compute)
     if summary is not None:
         summary["scale_model"] = {
             **net.model.as_dict(),
+            "compute": compute,
             "cpus_kept_awake": bool(net.awake and net.awake.held),
             "hosts_used": fidelity.pop("hosts"),
         }

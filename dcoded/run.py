@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import inspect
 import json
 import logging
+import math
 import signal
 import sys
 import tempfile
@@ -152,8 +154,11 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
                 try:
                     probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
                     wire0, losses0 = probe(), losses()
-                    # the scale model's quotas hold while the loop runs (start-up is not timed)
-                    with scale.quotas_in_force(c["cluster"].get("scale")):
+                    # the scale model's quotas hold while the loop runs (start-up is not timed),
+                    # corrected for how much slower this machine computes under them
+                    given = c["cluster"].get("scale")
+                    ctx, quota_us = _speed_probe(ctx, given)
+                    with scale.quotas_in_force(given, quota_us):
                         while True:
                             try:
                                 theta = train_fn(ctx)
@@ -258,6 +263,28 @@ class _LogFile(logging.FileHandler):
     def _open(self):
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return files.append(self.baseFilename)
+
+
+def _speed_probe(ctx: Context, given: Mapping | None) -> tuple[Context, int | None]:
+    """Under the scale model (``given``), measure how fast the driver's replica computes one
+    worker's gradient call (a sub-batch for cdc, ``B / K`` samples otherwise) under its host's
+    quota (:func:`~dcoded.scale.measure_speed`): the context, its log holding the measure and
+    ``straggle=slow``'s quota scaled to match, and the corrected quota for every host."""
+    if not given or not given.get("probe_file"):
+        return ctx, None
+    spec = ctx.spec
+    calls = math.comb(spec.placement.g, spec.redundancy) if spec.algorithm == "cdc" else 1
+    samples = max(1, spec.batch_size // (calls if spec.algorithm == "cdc" else spec.n_workers))
+    indices = ctx.reference.step_samples(ctx.start_step)[1][:samples]
+    speed = scale.measure_speed(
+        lambda: ctx.reference.grad_sum(indices), given["probe_file"], int(given["quota_us"])
+    )
+    quota_us = scale.corrected_quota(given["quota_us"], given["period_us"], speed["speed"])
+    ctx.log.compute_speed = {**speed, "samples": samples, "quota_us": quota_us}
+    ctx.spec = dataclasses.replace(
+        spec, straggle={**dict(spec.straggle), "quota_scale": quota_us / int(given["quota_us"])}
+    )
+    return ctx, quota_us
 
 
 @contextlib.contextmanager

@@ -66,6 +66,14 @@ LINK_TOLERANCE = 0.2
 QUOTA_TOLERANCE = 0.05
 #: How often the run's counters are sampled (s).
 SAMPLE_S = 0.5
+#: The compute speed under the quota (:func:`measure_speed`) the quotas are corrected for at
+#: most: a host slower than this per CPU second is given ``1 / SPEED_MIN`` of its quota and the
+#: run is outside the fidelity.
+SPEED_MIN = 0.7
+#: The unthrottled CPU time (s) the speed probe computes for, and as much again under the quota.
+PROBE_S = 0.3
+#: The speed probe's rounds (unthrottled, then throttled, each round).
+ROUNDS = 3
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
@@ -283,19 +291,78 @@ def write_quotas(paths: Sequence[str], quota_us: int) -> None:
 
 
 @contextlib.contextmanager
-def quotas_in_force(given: Mapping | None):
+def quotas_in_force(given: Mapping | None, quota_us: int | None = None):
     """The hosts' quotas in force while the block runs: the emulated network's driver wraps its
     training loop in it (``given``: the ``scale`` its parent told it, with ``quota_files``), so
     start-up (torch's import, the data, the replicas), which nothing times, runs unthrottled.
-    Nothing happens without a scale model."""
+    ``quota_us``: the quota corrected for the compute speed (:func:`corrected_quota`), else
+    the plan's. Nothing happens without a scale model."""
     paths = list((given or {}).get("quota_files") or [])
     if paths:
-        write_quotas(paths, int(given["quota_us"]))
+        write_quotas(paths, int(quota_us or given["quota_us"]))
     try:
         yield
     finally:
         with contextlib.suppress(OSError):
             write_quotas(paths, -1)
+
+
+def _cpu_of(work: Callable[[], object], calls: int) -> float:
+    """This thread's CPU time (s) for ``calls`` calls of ``work``."""
+    start = time.thread_time()
+    for _ in range(calls):
+        work()
+    return time.thread_time() - start
+
+
+def measure_speed(
+    work: Callable[[], object], quota_file: str, quota_us: int, probe_s: float = PROBE_S
+) -> dict:
+    """How fast this process computes ``work`` under the quota ``quota_us`` (written to its own
+    host's ``quota_file`` for the while, then lifted), per CPU second, against unthrottled:
+    ``{"calls", "cpu_ms_free", "cpu_ms_quota", "speed"}`` (``speed``: free CPU time over
+    throttled, 1 where the quota costs nothing).
+
+    Time dilation assumes that a host given ``1 / TDF`` of a core computes ``TDF`` times slower.
+    On a virtual machine it computes slower still: a core idle for most of each period loses
+    what its caches held, and every slice resumes on cold ones. Measured on this kind of
+    machine, with the CPUs kept awake: a CNN's gradient took 1.16 to 1.22 times its unthrottled
+    CPU time at a quota of 0.3 or 0.15 of a core, whatever the period (5 to 100 ms), a DNN's
+    1.12 times, a loop of Python arithmetic 1.0; so every compute time a scale-model run
+    reported read up to a fifth long. The probe runs the run's own gradient, unthrottled, then
+    throttled, :data:`ROUNDS` times interleaved, and keeps the least CPU time of each way."""
+    work()  # warm: the first call allocates
+    one = _cpu_of(work, 1)
+    calls = max(2, min(200, math.ceil(probe_s / ROUNDS / max(one, 1e-6))))
+    free, throttled = [], []
+    for _ in range(ROUNDS):  # interleaved; the least of each: what another process's
+        free.append(_cpu_of(work, calls))  # burst on the core adds is noise, not the quota's
+        write_quotas([quota_file], int(quota_us))
+        try:
+            throttled.append(_cpu_of(work, calls))
+        finally:
+            write_quotas([quota_file], -1)
+    return {
+        "calls": calls * ROUNDS,
+        "cpu_ms_free": 1e3 * min(free) / calls,
+        "cpu_ms_quota": 1e3 * min(throttled) / calls,
+        "speed": min(free) / min(throttled) if min(throttled) > 0 else 1.0,
+    }
+
+
+def corrected_quota(quota_us: int, period_us: int, speed: float) -> int:
+    """The quota that gives a host computing at ``speed`` (:func:`measure_speed`) per CPU
+    second the compute of ``quota_us`` unthrottled: ``quota_us / speed``, for a speed of at
+    least :data:`SPEED_MIN` and at most 1 (a faster one is noise: the quota stays), and never
+    more than the period (a pinned host has one core).
+
+    >>> corrected_quota(3000, 10000, 0.85), corrected_quota(3000, 10000, 1.03)
+    (3529, 3000)
+    >>> corrected_quota(3000, 10000, 0.2), corrected_quota(8000, 10000, 0.7)
+    (4286, 10000)
+    """
+    speed = min(1.0, max(SPEED_MIN, float(speed)))
+    return min(int(period_us), round(int(quota_us) / speed))
 
 
 #: Dask's own timers that run in real time and cost CPU each time they fire (the event loop's
@@ -460,14 +527,18 @@ def judge(
     model: ScaleModel,
     rates_mbit: Mapping[str, float],
     window: Sequence[float] | None = None,
+    compute: Mapping | None = None,
 ) -> dict:
     """The run's fidelity from the monitor's samples: ``{"ok", "problems", "idle", "hosts",
     "links"}``, over the samples in ``window`` (the training loop's first and last step, unix
     seconds; for a loop shorter than two samples the pair around it, without judging the
     quotas), or all. It holds if the machine kept at
     least :data:`IDLE_MIN` of its cores idle in :data:`IDLE_SHARE` of the intervals, no host
-    used more than its quota, and no shaped queue (``rates_mbit``: the real, dilated rate of
-    each) ran above its rate by more than :data:`LINK_TOLERANCE` in any interval.
+    used more than its quota (``compute["quota_us"]``, the quota corrected for the compute
+    speed, where the driver measured it), the compute speed under the quota was at least
+    :data:`SPEED_MIN` (``compute["speed"]``), and no shaped queue (``rates_mbit``: the real,
+    dilated rate of each) ran above its rate by more than :data:`LINK_TOLERANCE` in any
+    interval.
 
     >>> m = plan(1, 2, 2)
     >>> s = [{"t": 0.0, "idle": 0.0, "total": 0.0}, {"t": 1.0, "idle": 10.0, "total": 200.0}]
@@ -496,6 +567,15 @@ def judge(
             f"the machine was idle {100 * min(idle):.0f}% (< {100 * IDLE_MIN:.0f}%) in {low} of "
             f"{len(idle)} samples: the quotas and the kernel competed"
         )
+    quota_cores = model.quota_cores
+    if compute:
+        quota_cores = int(compute["quota_us"]) / model.quota()[1]
+        if compute["speed"] < SPEED_MIN:
+            problems.append(
+                f"the hosts computed at {compute['speed']:.2f} of their unthrottled speed under "
+                f"the quota (< {SPEED_MIN:g}): compute times read {1 / compute['speed']:.2f}x, "
+                f"corrected to {1 / SPEED_MIN:.2f}x only"
+            )
     hosts = {}
     first, last = samples[0].get("hosts") or {}, samples[-1].get("hosts") or {}
     wall = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
@@ -504,7 +584,7 @@ def judge(
         used = (end.get("usage_ns", 0) - start.get("usage_ns", 0)) / 1e9
         row = {
             "cpu_s": used,
-            "share_of_quota": used / (model.quota_cores * wall) if wall > 0 else None,
+            "share_of_quota": used / (quota_cores * wall) if wall > 0 else None,
             "nr_periods": end.get("nr_periods", 0) - start.get("nr_periods", 0),
             "nr_throttled": end.get("nr_throttled", 0) - start.get("nr_throttled", 0),
             "throttled_s": (end.get("throttled_time", 0) - start.get("throttled_time", 0)) / 1e9,
@@ -538,6 +618,7 @@ def judge(
             "idle_share": IDLE_SHARE,
             "link": LINK_TOLERANCE,
             "quota": QUOTA_TOLERANCE,
+            "speed_min": SPEED_MIN,
         },
         "idle": {
             "samples": len(idle),

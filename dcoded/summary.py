@@ -199,6 +199,8 @@ def make_summary(
         "config": spec.extra.get("config"),
         "n_sub_batches": math.comb(spec.placement.g, spec.redundancy) if placed else None,
     }
+    if log.compute_speed:  # the scale model's: the emulated network completes the block
+        summary["scale_model"] = {"compute": log.compute_speed}
     return summary
 
 

@@ -208,6 +208,80 @@ def test_fidelity_fails_on_a_host_above_its_quota_and_on_a_link_off_its_rate():
     assert j["links"]["fast"]["least"] is None
 
 
+def test_a_host_slower_under_its_quota_is_judged_against_its_corrected_quota():
+    m = scale.plan(1, 2, 2)  # 0.6 of a core each: 6000 us of 10000
+    use = [{"w0": {"usage_ns": int(i * 0.66e9)}} for i in range(4)]  # 1.1 of the plan's quota
+    assert scale.judge(_samples([0.5] * 3, hosts=use), m, {})["problems"] == [
+        "host w0 used 1.10 of its quota"
+    ]
+    slower = {"speed": 0.9, "quota_us": scale.corrected_quota(6000, 10000, 0.9)}
+    j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=slower)
+    assert j["ok"] and j["hosts"]["w0"]["share_of_quota"] == pytest.approx(0.99, abs=0.01)
+    too_slow = {"speed": 0.5, "quota_us": scale.corrected_quota(6000, 10000, 0.5)}
+    j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=too_slow)
+    assert not j["ok"] and j["problems"] == [
+        "the hosts computed at 0.50 of their unthrottled speed under the quota (< 0.7): "
+        "compute times read 2.00x, corrected to 1.43x only"
+    ]
+
+
+def test_the_speed_probe_throttles_only_its_own_rounds_and_lifts_the_quota(tmp_path):
+    quota = tmp_path / "cpu.cfs_quota_us"  # a file: the writes are what is checked here
+    quota.write_text("-1")
+    seen = []
+
+    def work():
+        seen.append(quota.read_text())
+        sum(i * i for i in range(2000))
+
+    got = scale.measure_speed(work, str(quota), 1234, probe_s=0.01)
+    assert quota.read_text() == "-1"
+    calls = got["calls"] // scale.ROUNDS
+    assert got["calls"] == calls * scale.ROUNDS and calls >= 2
+    # the warm-up and the first timing call, then each round: unthrottled, throttled
+    assert seen[:2] == ["-1", "-1"]
+    rounds = seen[2:]
+    assert rounds == (["-1"] * calls + ["1234"] * calls) * scale.ROUNDS
+    assert got["cpu_ms_free"] > 0 and got["cpu_ms_quota"] > 0
+    assert got["speed"] == pytest.approx(got["cpu_ms_free"] / got["cpu_ms_quota"])
+
+
+def test_the_quota_is_corrected_for_the_speed_within_its_bounds():
+    assert scale.corrected_quota(3000, 10000, 0.9) == 3333
+    assert scale.corrected_quota(3000, 10000, 1.2) == 3000  # faster than free: noise
+    assert scale.corrected_quota(3000, 10000, 0.1) == round(3000 / scale.SPEED_MIN)
+    assert scale.corrected_quota(9000, 10000, 0.8) == 10000  # never above the host's core
+
+
+def test_a_slow_worker_is_a_fraction_of_its_hosts_corrected_quota(monkeypatch):
+    import dataclasses
+
+    from dcoded.engine import registry
+
+    spec, _, _ = dcoded.config.build_spec(
+        dcoded.config.compose_config(
+            ["straggle=slow", "straggle.workers=[1]", "straggle.speed=0.5"]
+        )
+    )
+    made = []
+
+    class Made:  # what the worker's cgroup would get, without moving this process into it
+        def __init__(self, name, speed, cores, n_workers):
+            self.quota_us, self.period_us = straggle.quota(speed, cores, n_workers)
+            made.append(self.quota_us / self.period_us)
+
+        def describe(self):
+            return "made"
+
+    monkeypatch.setattr(straggle, "Throttle", Made)
+    monkeypatch.setattr(straggle, "cgroup_usable", lambda: True)
+    monkeypatch.setenv("DCODED_HOST_CORES", "0.2")  # the host's plan: 0.2 of a core
+    for scaled in (1.0, 1.25):  # the driver's probe found the hosts 0.8 as fast throttled
+        spec = dataclasses.replace(spec, straggle={**spec.straggle, "quota_scale": scaled})
+        registry.throttle(f"sm{os.getpid()}", 1, spec)
+    assert made == [pytest.approx(0.5 * 0.2, rel=0.01), pytest.approx(0.5 * 0.2 * 1.25, rel=0.01)]
+
+
 BURN = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"  # noqa: E501
 
 
@@ -293,6 +367,13 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
         assert used["nr_periods"] >= used["nr_throttled"] >= 0
         if s["fidelity"]["quotas_judged"]:  # else its samples hold unthrottled start-up
             assert used["share_of_quota"] <= 1 + scale.QUOTA_TOLERANCE, (name, used)
+    compute = m["compute"]  # the driver's probe of the compute speed under the quota
+    assert s["algorithm"] == "cdc" and compute["calls"] >= 2 * scale.ROUNDS  # one sub-batch
+    assert compute["samples"] == s["batch_size"] // s["n_sub_batches"]
+    assert compute["quota_us"] == scale.corrected_quota(
+        m["quota_us"], m["period_us"], compute["speed"]
+    )
+    assert s["straggle"]["quota_scale"] == pytest.approx(compute["quota_us"] / m["quota_us"])
     assert s["time_s_undilated"]["step_median"] == pytest.approx(
         s["time_s"]["step_median"] / m["tdf"]
     )

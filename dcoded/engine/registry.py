@@ -181,9 +181,11 @@ def throttle(run_id: str, rank: int, spec: RunSpec):
     elif straggle.cgroup_usable():
         try:
             # under the scale model a fraction of its own host's quota (its cgroup is inside
-            # the host's), so nothing it loses goes to the others; else of a fair share
+            # the host's, as corrected for the compute speed), so nothing it loses goes to the
+            # others; else of a fair share
             host = os.environ.get("DCODED_HOST_CORES")
-            cores = float(host) * spec.n_workers if host else available_cores()
+            scaled = float(spec.straggle.get("quota_scale", 1.0))
+            cores = float(host) * scaled * spec.n_workers if host else available_cores()
             throttle = straggle.Throttle(f"dcoded-{run_id}-{rank}", speed, cores, spec.n_workers)
             how, detail = "cgroup", throttle.describe()
         except OSError as e:
