@@ -14,10 +14,14 @@ others, which separate machines cannot do. With ``cluster.scale_model=true``:
   times slower than one core of ``host_cores``, so every link rate is divided by ``TDF`` (its
   queues keep their size in bytes) and every protocol timer that stands for a network or
   compute time is multiplied by it;
+- a host computes slower per CPU second under a quota than without one (caches lost while
+  it is throttled): the driver measures by how much on the run's own gradient
+  (:func:`measure_speed`) and every quota is raised to match (:func:`corrected_quota`);
 - the times reported for the emulated cluster are the wall times divided by ``TDF``
   (``summary.json``'s ``time_s_undilated``, beside ``time_s``);
 - fidelity is checked on every run (:func:`judge`): the machine's idle CPU, each host's quota
-  use and throttling, and every shaped link's rate against its setting.
+  use and throttling, the compute speed under the quota, and every shaped link's rate against
+  its setting.
 
 What it cannot dilate: the kernel's own TCP timers (a minimum retransmission timeout of 200 ms)
 and Dask's heartbeats run in real time, so a loss recovers ``TDF`` times faster, in emulated
