@@ -801,7 +801,9 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
     summary = json.loads(path.read_text()) if path.is_file() else None
     window = (summary or {}).get("loop_unix_s")
     compute = ((summary or {}).get("scale_model") or {}).get("compute")  # the driver's probe
-    fidelity = scale.judge(samples, net.model, queue_rates(net), window, compute)
+    step_s = ((summary or {}).get("time_s") or {}).get("step_median")
+    step_s = step_s / net.tdf if step_s else None  # undilated, as the probe's times are
+    fidelity = scale.judge(samples, net.model, queue_rates(net), window, compute, step_s)
     if summary is not None:
         summary["scale_model"] = {
             **net.model.as_dict(),

@@ -152,12 +152,12 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
                 ctx.client, ctx.workers = session.client, list(session.workers)
                 cluster_info = _ask_workers(ctx, session, c["cluster"])
                 try:
-                    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
-                    wire0, losses0 = probe(), losses()
                     # the scale model's quotas hold while the loop runs (start-up is not timed),
                     # corrected for how much slower this machine computes under them
                     given = c["cluster"].get("scale")
                     ctx, quota_us = _speed_probe(ctx, given)
+                    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
+                    wire0, losses0 = probe(), losses()
                     with scale.quotas_in_force(given, quota_us):
                         while True:
                             try:
@@ -265,6 +265,17 @@ class _LogFile(logging.FileHandler):
         return files.append(self.baseFilename)
 
 
+def probe_samples(spec) -> tuple[int, int]:
+    """The samples of one worker's gradient call and its calls a step: a sub-batch for cdc
+    (``B`` over the clusters' ``C(g, r)`` sub-batches each), ``C(g - 1, r - 1)`` of them;
+    one call of ``B / K`` otherwise."""
+    p = spec.placement
+    if spec.algorithm == "cdc":
+        calls = p.n_clusters * p.n_sub_batches
+        return max(1, spec.batch_size // calls), math.comb(p.g - 1, p.redundancy - 1)
+    return max(1, spec.batch_size // spec.n_workers), 1
+
+
 def _speed_probe(ctx: Context, given: Mapping | None) -> tuple[Context, int | None]:
     """Under the scale model (``given``), measure how fast the driver's replica computes one
     worker's gradient call (a sub-batch for cdc, ``B / K`` samples otherwise) under its host's
@@ -273,17 +284,21 @@ def _speed_probe(ctx: Context, given: Mapping | None) -> tuple[Context, int | No
     if not given or not given.get("probe_file"):
         return ctx, None
     spec = ctx.spec
-    calls = math.comb(spec.placement.g, spec.redundancy) if spec.algorithm == "cdc" else 1
-    samples = max(1, spec.batch_size // (calls if spec.algorithm == "cdc" else spec.n_workers))
+    samples, per_step = probe_samples(spec)
     indices = ctx.reference.step_samples(ctx.start_step)[1][:samples]
     speed = scale.measure_speed(
         lambda: ctx.reference.grad_sum(indices), given["probe_file"], int(given["quota_us"])
     )
-    quota_us = scale.corrected_quota(given["quota_us"], given["period_us"], speed["speed"])
-    ctx.log.compute_speed = {**speed, "samples": samples, "quota_us": quota_us}
-    ctx.spec = dataclasses.replace(
-        spec, straggle={**dict(spec.straggle), "quota_scale": quota_us / int(given["quota_us"])}
+    quota_us = scale.corrected_quota(
+        given["quota_us"], given["period_us"], speed["speed"], given.get("host_cores", 1)
     )
+    ctx.log.compute_speed = {
+        **speed,
+        "samples": samples,
+        "calls_per_step": per_step,
+        "quota_us_in_force": quota_us,
+    }
+    ctx.spec = dataclasses.replace(spec, host_quota_scale=quota_us / int(given["quota_us"]))
     return ctx, quota_us
 
 
@@ -405,6 +420,9 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     history = ctx.log.history_file
     history.mark_replayed(start)
     log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, None, history)
+    # the scale model's quotas stay raised as the probe found: the run goes on under them
+    spec2 = dataclasses.replace(spec2, host_quota_scale=spec.host_quota_scale)
+    log.compute_speed = ctx.log.compute_speed
     if spec2.algorithm == "cdc":
         log.peers = set(workers)
     log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)

@@ -71,13 +71,16 @@ QUOTA_TOLERANCE = 0.05
 #: How often the run's counters are sampled (s).
 SAMPLE_S = 0.5
 #: The compute speed under the quota (:func:`measure_speed`) the quotas are corrected for at
-#: most: a host slower than this per CPU second is given ``1 / SPEED_MIN`` of its quota and the
-#: run is outside the fidelity.
+#: most: a host slower than this per CPU second is given ``1 / SPEED_MIN`` of its quota, and its
+#: compute reads ``SPEED_MIN / speed`` times long (:func:`compute_bend`). Raised more, the quotas
+#: would leave the kernel too little of the cores (0.6 / 0.7 of each at most).
 SPEED_MIN = 0.7
+#: Fidelity: how much of the median step the compute left uncorrected may add (a fraction).
+BEND_TOLERANCE = 0.1
 #: The unthrottled CPU time (s) the speed probe computes for, and as much again under the quota.
 PROBE_S = 0.3
 #: The speed probe's rounds (unthrottled, then throttled, each round).
-ROUNDS = 3
+PROBE_ROUNDS = 3
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
@@ -312,11 +315,11 @@ def quotas_in_force(given: Mapping | None, quota_us: int | None = None):
 
 
 def _cpu_of(work: Callable[[], object], calls: int) -> float:
-    """This thread's CPU time (s) for ``calls`` calls of ``work``."""
-    start = time.thread_time()
+    """This process's CPU time (s) for ``calls`` calls of ``work`` (torch's threads counted)."""
+    start = time.process_time()
     for _ in range(calls):
         work()
-    return time.thread_time() - start
+    return time.process_time() - start
 
 
 def measure_speed(
@@ -328,45 +331,67 @@ def measure_speed(
     throttled, 1 where the quota costs nothing).
 
     Time dilation assumes that a host given ``1 / TDF`` of a core computes ``TDF`` times slower.
-    On a virtual machine it computes slower still: a core idle for most of each period loses
-    what its caches held, and every slice resumes on cold ones. Measured on this kind of
-    machine, with the CPUs kept awake: a CNN's gradient took 1.16 to 1.22 times its unthrottled
-    CPU time at a quota of 0.3 or 0.15 of a core, whatever the period (5 to 100 ms), a DNN's
-    1.12 times, a loop of Python arithmetic 1.0; so every compute time a scale-model run
-    reported read up to a fifth long. The probe runs the run's own gradient, unthrottled, then
-    throttled, :data:`ROUNDS` times interleaved, and keeps the least CPU time of each way."""
+    On a virtual machine it computes slower still. Measured on this kind of machine, one
+    process pinned to a core, the CPUs kept awake: a CNN's gradient (40 to 240 samples) took
+    1.12 to 1.22 times its unthrottled CPU time at a quota of 0.3 or 0.15 of a core, whatever
+    the period (5 to 100 ms: not a cost per throttled slice), a DNN's 1.1 to 1.25 times, a loop
+    of Python arithmetic 1.0; a process that slept 150 ms between gradients, with no quota,
+    took 1.1 times too. Work with a working set loses speed on a core that idles (its caches,
+    or the hypervisor's view of the vCPU: not pinned down). So every compute time a
+    scale-model run reported read up to a fifth long. The probe runs the run's own gradient,
+    unthrottled, then throttled, :data:`PROBE_ROUNDS` times interleaved, and keeps the least
+    CPU time of each way: another process's burst on the core is noise, not the quota's."""
     work()  # warm: the first call allocates
     one = _cpu_of(work, 1)
-    calls = max(2, min(200, math.ceil(probe_s / ROUNDS / max(one, 1e-6))))
+    calls = max(2, min(200, math.ceil(probe_s / PROBE_ROUNDS / max(one, 1e-6))))
     free, throttled = [], []
-    for _ in range(ROUNDS):  # interleaved; the least of each: what another process's
-        free.append(_cpu_of(work, calls))  # burst on the core adds is noise, not the quota's
+    for _ in range(PROBE_ROUNDS):
+        free.append(_cpu_of(work, calls))
         write_quotas([quota_file], int(quota_us))
         try:
             throttled.append(_cpu_of(work, calls))
         finally:
             write_quotas([quota_file], -1)
     return {
-        "calls": calls * ROUNDS,
+        "calls": calls * PROBE_ROUNDS,
         "cpu_ms_free": 1e3 * min(free) / calls,
         "cpu_ms_quota": 1e3 * min(throttled) / calls,
         "speed": min(free) / min(throttled) if min(throttled) > 0 else 1.0,
     }
 
 
-def corrected_quota(quota_us: int, period_us: int, speed: float) -> int:
+def compute_bend(compute: Mapping, step_s: float | None) -> float | None:
+    """The fraction of the median step ``step_s`` (undilated) that the compute the quota's
+    correction left adds: each worker's gradient calls of a step (``calls_per_step`` of
+    ``cpu_ms_free`` each, the machine's own speed) read ``SPEED_MIN / speed`` times long where
+    the speed fell under :data:`SPEED_MIN`; 0 where it did not, ``None`` without a step.
+
+    >>> c = {"speed": 0.35, "cpu_ms_free": 2.0, "calls_per_step": 10}
+    >>> round(compute_bend(c, 0.2), 3), compute_bend({**c, "speed": 0.8}, 0.2)
+    (0.1, 0.0)
+    """
+    if not step_s or not compute.get("calls_per_step"):
+        return None
+    left = max(0.0, SPEED_MIN / max(float(compute["speed"]), 1e-9) - 1)
+    return compute["calls_per_step"] * compute["cpu_ms_free"] / 1e3 * left / step_s
+
+
+def corrected_quota(quota_us: int, period_us: int, speed: float, host_cores: float = 1) -> int:
     """The quota that gives a host computing at ``speed`` (:func:`measure_speed`) per CPU
     second the compute of ``quota_us`` unthrottled: ``quota_us / speed``, for a speed of at
     least :data:`SPEED_MIN` and at most 1 (a faster one is noise: the quota stays), and never
-    more than the period (a pinned host has one core).
+    more than the host's cores allow (a pinned host has one core), nor less than planned.
 
     >>> corrected_quota(3000, 10000, 0.85), corrected_quota(3000, 10000, 1.03)
     (3529, 3000)
     >>> corrected_quota(3000, 10000, 0.2), corrected_quota(8000, 10000, 0.7)
     (4286, 10000)
+    >>> corrected_quota(15000, 10000, 0.75, host_cores=2)  # a host of two cores, not pinned
+    20000
     """
     speed = min(1.0, max(SPEED_MIN, float(speed)))
-    return min(int(period_us), round(int(quota_us) / speed))
+    most = int(period_us * max(1.0, float(host_cores)))
+    return max(int(quota_us), min(most, round(int(quota_us) / speed)))
 
 
 #: Dask's own timers that run in real time and cost CPU each time they fire (the event loop's
@@ -532,17 +557,18 @@ def judge(
     rates_mbit: Mapping[str, float],
     window: Sequence[float] | None = None,
     compute: Mapping | None = None,
+    step_s: float | None = None,
 ) -> dict:
     """The run's fidelity from the monitor's samples: ``{"ok", "problems", "idle", "hosts",
     "links"}``, over the samples in ``window`` (the training loop's first and last step, unix
     seconds; for a loop shorter than two samples the pair around it, without judging the
     quotas), or all. It holds if the machine kept at
     least :data:`IDLE_MIN` of its cores idle in :data:`IDLE_SHARE` of the intervals, no host
-    used more than its quota (``compute["quota_us"]``, the quota corrected for the compute
-    speed, where the driver measured it), the compute speed under the quota was at least
-    :data:`SPEED_MIN` (``compute["speed"]``), and no shaped queue (``rates_mbit``: the real,
-    dilated rate of each) ran above its rate by more than :data:`LINK_TOLERANCE` in any
-    interval.
+    used more than its quota (``compute["quota_us_in_force"]``, the quota corrected for the
+    compute speed, where the driver measured it), the compute the correction left (a speed under
+    :data:`SPEED_MIN`) added at most :data:`BEND_TOLERANCE` of the median step ``step_s``
+    (undilated; :func:`compute_bend`), and no shaped queue (``rates_mbit``: the real, dilated
+    rate of each) ran above its rate by more than :data:`LINK_TOLERANCE` in any interval.
 
     >>> m = plan(1, 2, 2)
     >>> s = [{"t": 0.0, "idle": 0.0, "total": 0.0}, {"t": 1.0, "idle": 10.0, "total": 200.0}]
@@ -573,12 +599,13 @@ def judge(
         )
     quota_cores = model.quota_cores
     if compute:
-        quota_cores = int(compute["quota_us"]) / model.quota()[1]
-        if compute["speed"] < SPEED_MIN:
+        quota_cores = int(compute["quota_us_in_force"]) / model.quota()[1]
+        bend = compute_bend(compute, step_s)
+        if bend is not None and bend > BEND_TOLERANCE:
             problems.append(
                 f"the hosts computed at {compute['speed']:.2f} of their unthrottled speed under "
-                f"the quota (< {SPEED_MIN:g}): compute times read {1 / compute['speed']:.2f}x, "
-                f"corrected to {1 / SPEED_MIN:.2f}x only"
+                f"the quota, corrected to {SPEED_MIN:g} only: the step's compute reads "
+                f"{SPEED_MIN / compute['speed']:.2f}x long, {100 * bend:.0f}% of the step"
             )
     hosts = {}
     first, last = samples[0].get("hosts") or {}, samples[-1].get("hosts") or {}
@@ -623,7 +650,10 @@ def judge(
             "link": LINK_TOLERANCE,
             "quota": QUOTA_TOLERANCE,
             "speed_min": SPEED_MIN,
+            "compute_bend": BEND_TOLERANCE,
         },
+        # the fraction of the median step the uncorrected compute added (None: nothing left)
+        "compute_bend": compute_bend(compute, step_s) if compute else None,
         "idle": {
             "samples": len(idle),
             "min": min(idle) if idle else None,

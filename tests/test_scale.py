@@ -214,15 +214,23 @@ def test_a_host_slower_under_its_quota_is_judged_against_its_corrected_quota():
     assert scale.judge(_samples([0.5] * 3, hosts=use), m, {})["problems"] == [
         "host w0 used 1.10 of its quota"
     ]
-    slower = {"speed": 0.9, "quota_us": scale.corrected_quota(6000, 10000, 0.9)}
+    slower = {"speed": 0.9, "quota_us_in_force": scale.corrected_quota(6000, 10000, 0.9)}
     j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=slower)
     assert j["ok"] and j["hosts"]["w0"]["share_of_quota"] == pytest.approx(0.99, abs=0.01)
-    too_slow = {"speed": 0.5, "quota_us": scale.corrected_quota(6000, 10000, 0.5)}
-    j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=too_slow)
+    # 0.35: corrected to 0.7 only, its 10 calls of 2 ms a step read 2x long: 20 ms more
+    too_slow = {
+        "speed": 0.35,
+        "cpu_ms_free": 2.0,
+        "calls_per_step": 10,
+        "quota_us_in_force": scale.corrected_quota(6000, 10000, 0.35),
+    }
+    j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=too_slow, step_s=0.1)
     assert not j["ok"] and j["problems"] == [
-        "the hosts computed at 0.50 of their unthrottled speed under the quota (< 0.7): "
-        "compute times read 2.00x, corrected to 1.43x only"
+        "the hosts computed at 0.35 of their unthrottled speed under the quota, corrected to "
+        "0.7 only: the step's compute reads 2.00x long, 20% of the step"
     ]
+    j = scale.judge(_samples([0.5] * 3, hosts=use), m, {}, compute=too_slow, step_s=1.0)
+    assert j["ok"] and j["compute_bend"] == pytest.approx(0.02)  # 20 ms of a 1 s step
 
 
 def test_the_speed_probe_throttles_only_its_own_rounds_and_lifts_the_quota(tmp_path):
@@ -236,14 +244,44 @@ def test_the_speed_probe_throttles_only_its_own_rounds_and_lifts_the_quota(tmp_p
 
     got = scale.measure_speed(work, str(quota), 1234, probe_s=0.01)
     assert quota.read_text() == "-1"
-    calls = got["calls"] // scale.ROUNDS
-    assert got["calls"] == calls * scale.ROUNDS and calls >= 2
+    calls = got["calls"] // scale.PROBE_ROUNDS
+    assert got["calls"] == calls * scale.PROBE_ROUNDS
     # the warm-up and the first timing call, then each round: unthrottled, throttled
     assert seen[:2] == ["-1", "-1"]
-    rounds = seen[2:]
-    assert rounds == (["-1"] * calls + ["1234"] * calls) * scale.ROUNDS
+    assert seen[2:] == (["-1"] * calls + ["1234"] * calls) * scale.PROBE_ROUNDS
     assert got["cpu_ms_free"] > 0 and got["cpu_ms_quota"] > 0
-    assert got["speed"] == pytest.approx(got["cpu_ms_free"] / got["cpu_ms_quota"])
+
+    def fails_throttled():
+        if quota.read_text() != "-1":
+            raise RuntimeError("the gradient failed")
+
+    with pytest.raises(RuntimeError):
+        scale.measure_speed(fails_throttled, str(quota), 1234, probe_s=0.01)
+    assert quota.read_text() == "-1"  # lifted whatever happened
+
+
+def test_the_probe_times_one_workers_gradient_call_and_only_under_the_scale_model():
+    from dcoded.coding.placement import Placement
+
+    for overrides in (
+        ["cluster.n_workers=4", "coding.redundancy=2"],
+        ["cluster.n_workers=8", "coding.redundancy=2", "coding.group_size=4"],  # 2 clusters
+        ["cluster.n_workers=6", "coding.redundancy=3", "coding.group_size=3"],
+        ["algorithm=ddp", "cluster.n_workers=4"],
+    ):
+        spec, _, _ = dcoded.config.build_spec(
+            dcoded.config.compose_config([*overrides, "train.batch_size=240"])
+        )
+        if spec.algorithm == "cdc":  # the engine's own sub-batches, the first of cluster 0
+            p = Placement(spec.n_workers, spec.redundancy, spec.group_size)
+            first = p.sub_batch_slices(240)[0][0]
+            want = (first.stop - first.start, sum(0 in t for t in p.sub_batches))
+        else:
+            want = (240 // spec.n_workers, 1)
+        assert dcoded.run.probe_samples(spec) == want, overrides
+    ctx = object()  # nothing of it is read without a scale model
+    assert dcoded.run._speed_probe(ctx, None) == (ctx, None)
+    assert dcoded.run._speed_probe(ctx, {"tdf": 5.0}) == (ctx, None)  # no file to throttle
 
 
 def test_the_quota_is_corrected_for_the_speed_within_its_bounds():
@@ -251,6 +289,8 @@ def test_the_quota_is_corrected_for_the_speed_within_its_bounds():
     assert scale.corrected_quota(3000, 10000, 1.2) == 3000  # faster than free: noise
     assert scale.corrected_quota(3000, 10000, 0.1) == round(3000 / scale.SPEED_MIN)
     assert scale.corrected_quota(9000, 10000, 0.8) == 10000  # never above the host's core
+    assert scale.corrected_quota(15000, 10000, 0.75, host_cores=2) == 20000  # two, unpinned
+    assert scale.corrected_quota(25000, 10000, 0.9, host_cores=2) == 25000  # never lowered
 
 
 def test_a_slow_worker_is_a_fraction_of_its_hosts_corrected_quota(monkeypatch):
@@ -276,9 +316,10 @@ def test_a_slow_worker_is_a_fraction_of_its_hosts_corrected_quota(monkeypatch):
     monkeypatch.setattr(straggle, "Throttle", Made)
     monkeypatch.setattr(straggle, "cgroup_usable", lambda: True)
     monkeypatch.setenv("DCODED_HOST_CORES", "0.2")  # the host's plan: 0.2 of a core
+    run_id = f"sm{os.getpid()}"
     for scaled in (1.0, 1.25):  # the driver's probe found the hosts 0.8 as fast throttled
-        spec = dataclasses.replace(spec, straggle={**spec.straggle, "quota_scale": scaled})
-        registry.throttle(f"sm{os.getpid()}", 1, spec)
+        registry.throttle(run_id, 1, dataclasses.replace(spec, host_quota_scale=scaled))
+    registry.drain_records(run_id)  # the throttle records it kept for a driver
     assert made == [pytest.approx(0.5 * 0.2, rel=0.01), pytest.approx(0.5 * 0.2 * 1.25, rel=0.01)]
 
 
@@ -368,12 +409,13 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
         if s["fidelity"]["quotas_judged"]:  # else its samples hold unthrottled start-up
             assert used["share_of_quota"] <= 1 + scale.QUOTA_TOLERANCE, (name, used)
     compute = m["compute"]  # the driver's probe of the compute speed under the quota
-    assert s["algorithm"] == "cdc" and compute["calls"] >= 2 * scale.ROUNDS  # one sub-batch
-    assert compute["samples"] == s["batch_size"] // s["n_sub_batches"]
-    assert compute["quota_us"] == scale.corrected_quota(
-        m["quota_us"], m["period_us"], compute["speed"]
+    assert compute["calls"] % scale.PROBE_ROUNDS == 0 and compute["cpu_ms_quota"] > 0
+    assert compute["samples"] == s["batch_size"] // s["n_sub_batches"]  # one cluster
+    assert compute["calls_per_step"] == math.comb(2, s["redundancy"] - 1)  # K = 3
+    assert s["fidelity"]["compute_bend"] is not None
+    assert compute["quota_us_in_force"] == scale.corrected_quota(
+        m["quota_us"], m["period_us"], compute["speed"], m["host_cores"]
     )
-    assert s["straggle"]["quota_scale"] == pytest.approx(compute["quota_us"] / m["quota_us"])
     assert s["time_s_undilated"]["step_median"] == pytest.approx(
         s["time_s"]["step_median"] / m["tdf"]
     )

@@ -184,8 +184,8 @@ def throttle(run_id: str, rank: int, spec: RunSpec):
             # the host's, as corrected for the compute speed), so nothing it loses goes to the
             # others; else of a fair share
             host = os.environ.get("DCODED_HOST_CORES")
-            scaled = float(spec.straggle.get("quota_scale", 1.0))
-            cores = float(host) * scaled * spec.n_workers if host else available_cores()
+            share = float(host) * spec.host_quota_scale if host else None
+            cores = share * spec.n_workers if share else available_cores()
             throttle = straggle.Throttle(f"dcoded-{run_id}-{rank}", speed, cores, spec.n_workers)
             how, detail = "cgroup", throttle.describe()
         except OSError as e:

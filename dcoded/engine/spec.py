@@ -59,6 +59,10 @@ class RunSpec:
     #: the ``straggle`` group, checked (:func:`dcoded.engine.straggle.check`)
     straggle: Mapping = field(default_factory=lambda: {"model": "none"})
     bucket_cap_mb: float | None = None  # ddp: DistributedDataParallel's (None: torch's)
+    #: the scale model: the factor every host's quota was raised by for the compute speed
+    #: under it (:func:`dcoded.scale.corrected_quota`; 1: none); a ``straggle=slow`` worker's
+    #: quota, a fraction of its host's, is raised alike
+    host_quota_scale: float = 1.0
     #: the scale model's time-dilation factor (1: none): the timers above that stand for a
     #: network or compute time are already multiplied by it; the others read it here
     dilation: float = 1.0
