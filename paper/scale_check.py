@@ -8,11 +8,13 @@ a switch, SGD) on the emulated network, for ``--steps`` steps; the median step i
 
 - ``invariance``: the same run at the least TDF this machine allows and at twice it, K = 4 and
   K = 8, for ddp, cdc r = 2 and cdc r = 3, dnn and cnn: the undilated median steps should agree
-  within 10%.
+  within 10%. The run at the least TDF is made again after the one at twice it: the comparison
+  is against the mean of the two, and their difference is the machine's own noise (it drifts
+  by more than 10% over an hour).
 - ``truth``: K = 2 workers, each pinned to a core of its own, without the scale model (with two
   cores the scheduler and the driver cannot be kept off the workers' cores: they are mostly
   idle while the workers compute, and they share what is left), against the same run under the
-  scale model at two factors.
+  scale model at two factors; the pinned run is made again after them, as above.
 - ``table1``: K = 4, dnn and cnn, ssgd, ddp and cdc at r = 1..4, on the contended host (every
   host sharing the cores freely) and under the scale model.
 - ``calibration``: more runs to fit ``dcoded.predict`` on: 400 Mbit/s (K = 4, 8), racks of 2
