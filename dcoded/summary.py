@@ -341,13 +341,18 @@ def times(summary: Mapping) -> Mapping:
 
 
 def _scale_line(summary: Mapping) -> list[str]:
-    """The scale model's line: its hosts, quotas and TDF, and whether the run kept fidelity.
+    """The scale model's lines: its hosts, quotas and TDF, whether the run kept fidelity, and
+    the compute-speed probe's raise of the quotas.
 
     >>> _scale_line({"scale_model": {"hosts": 6, "host_cores": 1.0, "quota_cores": 0.2,
     ...     "tdf": 5.0}, "fidelity": {"ok": True}})  # doctest: +NORMALIZE_WHITESPACE
     ['  scale model: 6 hosts of 1 core, each 0.200 of a core here, dilated 5.00x (times
       undilated); fidelity held']
-    """
+    >>> probe = {"samples": 40, "speed": 0.8, "quota_us_in_force": 2500}
+    >>> _scale_line({"scale_model": {"hosts": 6, "host_cores": 1.0, "quota_cores": 0.2,
+    ...     "tdf": 5.0, "quota_us": 2000, "compute": probe}, "fidelity": {"ok": True}})[1]
+    '    throttled, a gradient of 40 samples ran at 0.80 of its speed: each quota raised to 0.250 of a core'
+    """  # noqa: E501
     m = summary.get("scale_model")
     if not m:
         return []
@@ -357,11 +362,19 @@ def _scale_line(summary: Mapping) -> list[str]:
         if fid.get("ok")
         else "OUTSIDE fidelity: " + "; ".join(fid.get("problems") or ["not checked"])
     )
-    return [
+    lines = [
         f"  scale model: {m['hosts']} hosts of {m['host_cores']:g} core"
         f"{'s' * (m['host_cores'] != 1)}, each {m['quota_cores']:.3f} of a core here, dilated "
         f"{m['tdf']:.2f}x (times undilated); {held}"
     ]
+    compute = m.get("compute")
+    if compute and m.get("quota_us"):
+        force = m["quota_cores"] * compute["quota_us_in_force"] / m["quota_us"]
+        lines.append(
+            f"    throttled, a gradient of {compute['samples']} samples ran at "
+            f"{compute['speed']:.2f} of its speed: each quota raised to {force:.3f} of a core"
+        )
+    return lines
 
 
 def _happened(summary: Mapping) -> list[str]:

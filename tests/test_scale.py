@@ -426,6 +426,7 @@ def test_a_run_under_the_scale_model_reports_every_field_and_the_same_bits(tmp_p
     assert "plain" not in s and "scale_model" not in plain and "fidelity" not in plain
     table = format_results(s)
     assert "scale model: 5 hosts of 1 core" in table
+    assert f"a gradient of {compute['samples']} samples ran at {compute['speed']:.2f}" in table
     rows, columns = sweep_table(
         [{"job": 0, "overrides": {}, "status": "finished", "summary": s, "error": None}]
     )
