@@ -801,8 +801,8 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
     summary = json.loads(path.read_text()) if path.is_file() else None
     window = (summary or {}).get("loop_unix_s")
     compute = ((summary or {}).get("scale_model") or {}).get("compute")  # the driver's probe
-    step_s = ((summary or {}).get("time_s") or {}).get("step_median")
-    step_s = step_s / net.tdf if step_s else None  # undilated, as the probe's times are
+    undilated = scale.undilated((summary or {}).get("time_s") or {}, net.tdf)
+    step_s = undilated.get("step_median")  # undilated, as the probe's times are
     fidelity = scale.judge(samples, net.model, queue_rates(net), window, compute, step_s)
     if summary is not None:
         summary["scale_model"] = {
@@ -811,7 +811,7 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
             "cpus_kept_awake": bool(net.awake and net.awake.held),
             "hosts_used": fidelity.pop("hosts"),
         }
-        summary["time_s_undilated"] = scale.undilated(summary.get("time_s") or {}, net.tdf)
+        summary["time_s_undilated"] = undilated
         summary["fidelity"] = fidelity
         text = json.dumps(summary, indent=2, default=str) + "\n"  # as the driver wrote it
         files.replace(path, lambda f: f.write(text))

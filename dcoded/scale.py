@@ -14,8 +14,8 @@ others, which separate machines cannot do. With ``cluster.scale_model=true``:
   times slower than one core of ``host_cores``, so every link rate is divided by ``TDF`` (its
   queues keep their size in bytes) and every protocol timer that stands for a network or
   compute time is multiplied by it;
-- a host computes slower per CPU second under a quota than without one (caches lost while
-  it is throttled): the driver measures by how much on the run's own gradient
+- a host computes slower per CPU second under a quota than without one (measured, not
+  explained): the driver measures by how much on the run's own gradient
   (:func:`measure_speed`) and every quota is raised to match (:func:`corrected_quota`);
 - the times reported for the emulated cluster are the wall times divided by ``TDF``
   (``summary.json``'s ``time_s_undilated``, beside ``time_s``);
@@ -598,9 +598,9 @@ def judge(
             f"{len(idle)} samples: the quotas and the kernel competed"
         )
     quota_cores = model.quota_cores
+    bend = compute_bend(compute, step_s) if compute else None
     if compute:
         quota_cores = int(compute["quota_us_in_force"]) / model.quota()[1]
-        bend = compute_bend(compute, step_s)
         if bend is not None and bend > BEND_TOLERANCE:
             problems.append(
                 f"the hosts computed at {compute['speed']:.2f} of their unthrottled speed under "
@@ -653,7 +653,7 @@ def judge(
             "compute_bend": BEND_TOLERANCE,
         },
         # the fraction of the median step the uncorrected compute added (None: nothing left)
-        "compute_bend": compute_bend(compute, step_s) if compute else None,
+        "compute_bend": bend,
         "idle": {
             "samples": len(idle),
             "min": min(idle) if idle else None,
