@@ -36,18 +36,16 @@ from pathlib import Path
 import yaml
 
 from dcoded import files
-from dcoded.coding import bounds
 from dcoded.coding.helptext import help_text
-from dcoded.coding.messages import algorithm_messages
+from dcoded.coding.messages import SHUFFLES
 from dcoded.results import PHASES, load_sweep
+from dcoded.topology import TOPOLOGIES, phase_bounds
 
 #: The experiment files of the bench, in the order it runs them (``conf/experiment/``).
 EXPERIMENTS = ("bench", "bench_cdc", "bench_cdc_ends")
 #: The bench's table in the sweep folder: ``bench.md``, ``bench.csv`` and ``bench.json``.
 TABLE_STEM = "bench"
 BASELINES = ("ssgd", "asgd", "ddp")
-SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
-TOPOLOGIES = ("switch", "bus", "racks", None)
 
 COLUMNS = [
     "topology",
@@ -179,46 +177,6 @@ def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
     return runs
 
 
-def phase_messages(summary: dict) -> dict[str, list[tuple[int, list[int], float]]]:
-    """The messages of one step of the run, ``(sender, receivers, bytes)``: the gradient
-    exchange and the parameter distribution (:func:`dcoded.coding.messages.algorithm_messages`
-    of its layout). Hosts ``0..K-1`` are the workers, ``K`` the driver (the parameter server)."""
-    d4 = 4 * summary["n_params"]
-    phases = algorithm_messages(
-        summary["algorithm"],
-        summary["n_workers"],
-        summary["redundancy"],
-        summary["group_size"],
-        summary["shuffle"],
-        summary.get("hybrid_m"),
-    )
-    return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
-
-
-def topology_bounds(summary: dict) -> dict[str, float]:
-    """Seconds per step that each exchange phase needs at least on the run's emulated
-    topology (:mod:`dcoded.coding.bounds`), and their sum (``comm``)."""
-    net = summary["environment"].get("netem")
-    if not net:
-        return {}
-    K = summary["n_workers"]
-    topology = {
-        "kind": net.get("topology", "switch"),
-        "rate": net["bandwidth_mbit"] * 1e6 / 8,
-        "uplink": (net.get("uplink_mbit") or net["bandwidth_mbit"]) * 1e6 / 8,
-    }
-    racks = None
-    if topology["kind"] == "racks":
-        racks = [k // net["rack_size"] for k in range(K)] + [None]  # the driver: on the core
-    multicast = summary.get("transport") == "multicast"
-    out = {"shuffle": 0.0, "params": 0.0}
-    for phase, messages in phase_messages(summary).items():
-        loads = bounds.link_bytes(messages, K + 1, multicast, racks)
-        out[phase] = bounds.seconds(topology, loads)
-    out["comm"] = out["shuffle"] + out["params"]
-    return out
-
-
 def row(summary: dict) -> dict:
     """One bench row from a run's summary; on the emulated network, each exchange phase
     beside its bound on that topology and their ratio (``*_x``)."""
@@ -227,7 +185,7 @@ def row(summary: dict) -> dict:
     def ms(x):
         return None if x is None else round(1e3 * x, 2)
 
-    limits = topology_bounds(summary)
+    limits = phase_bounds(summary)
 
     def ratio(phase):
         bound, took = limits.get(phase), t.get(phase)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,17 +22,18 @@ from dcoded.checkpoint import Checkpoint, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import check_cluster_config
 from dcoded.coding import Placement, best_m, check_layout, check_m, hybrid_plan
-from dcoded.coding.messages import step_messages
+from dcoded.coding.messages import SHUFFLES, step_messages
 from dcoded.coding.stragglers import check_stragglers
 from dcoded.data import absolute_path, check_dataset
 from dcoded.engine import ALGORITHMS, straggle
 from dcoded.engine.driver import steps_per_epoch
 from dcoded.engine.replica import Replica, cached_dataset
-from dcoded.engine.spec import SHUFFLES, TRANSPORTS, RunSpec
+from dcoded.engine.spec import TRANSPORTS, RunSpec
 from dcoded.errors import ConfigError, DatasetError
 from dcoded.models import MODELS
 from dcoded.optim import SegmentOptimizer, check_optimizer
 from dcoded.settings import check_settings
+from dcoded.topology import Shape
 
 #: The Hydra configs: ``conf/`` at the top of the repository, installed as the package
 #: ``dcoded.conf`` (wheel, sdist and editable install alike), so ``python -m dcoded`` finds them
@@ -464,43 +464,17 @@ def _paces(
 ) -> dict[str, float]:
     """Each multicast sender's pace in Mbit/s, per phase (``shuffle``, ``seg``):
     ``transport.pace_mbit``, or the most every sender can use at once without overrunning a
-    link. A sender that spreads its phase's bytes evenly at pace ``p`` puts
-    ``p · b(s→x) / B(s)`` on a link ``x`` that carries ``b(s→x)`` of its ``B(s)`` bytes (a
-    multicast once per link), so ``p`` is the link's rate over ``max_x Σ_s b(s→x) / B(s)``:
-    on a bus the one medium (every sender's bytes cross it), elsewhere each receiver's link
-    (and on racks each uplink, both ways), and never above a sender's own link."""
+    link of the network (:meth:`dcoded.topology.Shape.paces`)."""
     if transport.get("pace_mbit"):
         pace = transport["pace_mbit"]
         return {"shuffle": float(pace), "seg": float(pace)}
     links = cluster.get("netem") or cluster
-    rate = links.get("bandwidth_mbit")
-    if not rate:
+    if not links.get("bandwidth_mbit"):
         raise ConfigError(
             "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
         )
-    topology, rack = links.get("topology", "switch"), links.get("rack_size")
-    uplink = links.get("uplink_mbit") or rate
-    paces = {}
-    for phase, messages in step_messages(placement, shuffle, plan).items():
-        sent = defaultdict(float)  # B(s)
-        for sender, _, size in messages:
-            sent[sender] += size
-        use = defaultdict(float)  # link -> Σ_s b(s→link) / B(s), in units of its rate
-        for sender, receivers, size in messages:
-            share = size / sent[sender]
-            if topology == "bus":
-                use["bus"] += share
-                continue
-            for r in receivers:
-                use[("in", r)] += share
-            if topology == "racks":
-                home, away = sender // rack, {r // rack for r in receivers} - {sender // rack}
-                if away:
-                    use[("up", home)] += share * rate / uplink
-                for q in away:
-                    use[("down", q)] += share * rate / uplink
-        paces["seg" if phase == "params" else phase] = 0.95 * rate / max([1.0, *use.values()])
-    return paces
+    paces = Shape.of(links).paces(step_messages(placement, shuffle, plan))
+    return {"seg" if phase == "params" else phase: pace for phase, pace in paces.items()}
 
 
 def _check_resume(resume: Checkpoint, spec: RunSpec, where) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dcoded import files, scale
+from dcoded import files, scale, topology
 from dcoded.errors import NetemRunFailed, NetemUnavailable
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find; the
@@ -56,7 +56,6 @@ def prefix() -> str:
     return name
 
 
-TOPOLOGIES = ("switch", "bus", "racks")
 #: How long a frame may wait in a shaped link's queue (tbf ``latency``), by default: a switch
 #: port's buffer, not the 100 ms of bufferbloat that made control messages wait behind data.
 QUEUE_MS = 20.0
@@ -114,11 +113,18 @@ class Links:
             self.driver_rate_mbit if name == "drv" and self.driver_rate_mbit else self.rate_mbit
         )
 
+    @property
+    def shape(self) -> topology.Shape:
+        """Who shares which link, and at what rate."""
+        return topology.Shape(
+            self.topology, float(self.rate_mbit), self.rack_size, self.uplink_mbit
+        )
+
     def queueing_ms(self) -> float:
         """The longest a frame can wait in queues between two hosts: every shaped queue of
         the longest path full (the sender's link, the bus or both rack uplinks, the
         receiver's link)."""
-        return {"switch": 2, "bus": 3, "racks": 4}[self.topology] * self.queue_ms
+        return self.shape.queues_on_path() * self.queue_ms
 
     def as_dict(self) -> dict:
         return {
@@ -136,9 +142,7 @@ class Links:
 
 def check_links(cluster: Mapping, n_workers: int) -> None:
     """``ValueError`` naming the setting, for a shape the emulated network cannot take."""
-    topology = cluster.get("topology") or "switch"
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"cluster.topology={topology!r} is not known: choose one of {TOPOLOGIES}")
+    topology.check(cluster, n_workers)
     for key in ("bandwidth_mbit", "driver_bandwidth_mbit", "queue_ms", "uplink_mbit"):
         value = cluster.get(key)
         if value is not None and (not isinstance(value, int | float) or value <= 0):
@@ -146,14 +150,7 @@ def check_links(cluster: Mapping, n_workers: int) -> None:
             raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 ({unit})")
     if cluster.get("bandwidth_mbit") is None:
         raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
-    if topology == "racks":
-        size = cluster.get("rack_size")
-        if not isinstance(size, int) or not 1 <= size < n_workers:
-            raise ValueError(
-                f"cluster.rack_size={size!r} is not allowed with cluster.topology=racks and "
-                f"cluster.n_workers={n_workers}: it must be an integer in 1..{n_workers - 1} "
-                "(workers per rack; at least two racks)"
-            )
+    if cluster.get("topology") == "racks":
         if cluster.get("uplink_mbit") is None:
             raise ValueError(
                 "cluster.topology=racks needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
@@ -260,7 +257,7 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
         _ip("netns", "add", hub)
         _bridge(hub, "br0")
         if links.topology == "racks":
-            for r in range(n_racks(n_workers, links)):
+            for r in range(links.shape.n_racks(n_workers)):
                 _bridge(hub, f"rk{r}")
                 # the rack's uplink: u{r} on the rack bridge, c{r} on the core
                 _ip("link", "add", f"u{r}", "type", "veth", "peer", "name", f"c{r}", ns=hub)
@@ -293,7 +290,7 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
             )
             bridge = "br0"
             if links.topology == "racks" and name.startswith("w"):
-                bridge = f"rk{int(name[1:]) // links.rack_size}"
+                bridge = f"rk{links.shape.rack_of(n_workers)[int(name[1:])]}"
             _ip("link", "set", hub_end, "master", bridge, ns=hub)
             _ip("link", "set", hub_end, "up", ns=hub)
             _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
@@ -349,10 +346,6 @@ def _bridge(ns: str, name: str) -> None:
     _ip("link", "set", name, "up", ns=ns)
 
 
-def n_racks(n_workers: int, links: Links) -> int:
-    return -(-n_workers // links.rack_size) if links.topology == "racks" else 0
-
-
 def _shape(net: Network) -> None:
     """Set every shaped queue to the network's rates: each host's link both ways (egress of
     the host's end: what it sends; of the bridge's end: what it receives), the bus, and the
@@ -364,7 +357,7 @@ def _shape(net: Network) -> None:
         _tbf(net.hub, f"v{i}", host.rate_mbit, links.queue_ms, tdf)
     if links.topology == "bus":
         _tbf(net.hub, "ifb0", links.rate_mbit, links.queue_ms, tdf)
-    for r in range(n_racks(len(net.workers()), links)):
+    for r in range(links.shape.n_racks(len(net.workers()))):
         for end in (f"u{r}", f"c{r}"):
             _tbf(net.hub, end, links.uplink_mbit, links.queue_ms, tdf)
 
@@ -380,7 +373,7 @@ def hub_queues(net: Network) -> dict[str, tuple[str, float]]:
     }
     if links.topology == "bus":
         out["bus"] = ("ifb0", links.rate_mbit)
-    for r in range(n_racks(len(net.workers()), links)):
+    for r in range(links.shape.n_racks(len(net.workers()))):
         out[f"rack{r} up"] = (f"u{r}", links.uplink_mbit)
         out[f"rack{r} down"] = (f"c{r}", links.uplink_mbit)
     return {name: (dev, float(rate) / net.tdf) for name, (dev, rate) in out.items()}

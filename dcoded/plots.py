@@ -23,6 +23,7 @@ from dcoded.results import (
     sweep_table,
     varying,
 )
+from dcoded.topology import phase_bounds
 
 
 def placement(p: Placement, ax, cluster: int = 0):
@@ -315,16 +316,6 @@ def _phase_color(name: str) -> str:
     return "k" if name == "step" else f"C{PHASES.index(name)}"
 
 
-def phase_bounds(summary: Mapping) -> dict[str, float]:
-    """Seconds per step each phase needs at least on the run's emulated topology
-    (:func:`dcoded.bench.topology_bounds`; ``{}`` for a run without ``cluster=netem``)."""
-    if not summary.get("environment", {}).get("netem"):
-        return {}
-    from dcoded.bench import topology_bounds
-
-    return {k: v for k, v in topology_bounds(summary).items() if k in PHASES}
-
-
 def _bound_label(summary: Mapping) -> str:
     """What a phase's bound is: the least time on the run's emulated topology.
 
@@ -367,7 +358,7 @@ def phases_figure(run_dir: str | Path):
         )
     else:
         _none_drawn(left, "no step timed in history.csv")
-    bounds = phase_bounds(summary)
+    bounds = {k: v for k, v in phase_bounds(summary).items() if k in PHASES}
     names = list(times)
     for y, name in enumerate(names):
         ms = times[name][~np.isnan(times[name])]

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from dcoded.coding.messages import SHUFFLES
 from dcoded.data.dataset import DATASET_NAMES
 from dcoded.engine import ALGORITHMS
-from dcoded.engine.spec import SHUFFLES, TRANSPORTS
+from dcoded.engine.spec import TRANSPORTS
 from dcoded.engine.straggle import MODELS as STRAGGLE_MODELS
 from dcoded.errors import ConfigError
 from dcoded.models import MODELS
-from dcoded.netem import TOPOLOGIES
+from dcoded.topology import EMULATED
 
 #: What a config leaves unset (Hydra's ``???``): refused where the setting is read.
 MISSING = "???"
@@ -258,7 +259,7 @@ SETTINGS: dict[str, Setting] = {
     "cluster.driver_bandwidth_mbit": number(
         0, above=True, unit="Mbit/s", null="cluster.bandwidth_mbit"
     ),
-    "cluster.topology": choice(*TOPOLOGIES),
+    "cluster.topology": choice(*EMULATED),
     "cluster.queue_ms": number(0, above=True, unit="ms"),
     "cluster.rack_size": integer(1, null="no racks"),
     "cluster.uplink_mbit": number(0, above=True, unit="Mbit/s", null="no racks"),

@@ -18,8 +18,8 @@ import math
 import sys
 from pathlib import Path
 
-from dcoded.bench import topology_bounds
 from dcoded.predict import Calibration, ImpossibleLayout, Scenario, predict, scenario_of
+from dcoded.topology import phase_bounds
 from paper import output, paths
 from paper.results import Run, failed, load
 
@@ -94,13 +94,15 @@ def measured_rows(every: list[Run], cal: Calibration | None = None) -> list[dict
     for run in every:
         s = run.summary
         step = s["time_s"]["step_median"]
-        bound = topology_bounds(s)["comm"]
+        bound = phase_bounds(s)["comm"]
         p = predict(scenario_of(s), cal)
         rows.append(
             {
                 "network": network_of(s),
                 "K": s["n_workers"],
                 "scheme": scheme_of(s),
+                "family": p.scenario.family,  # whose fitted costs the prediction used
+                "topology": p.scenario.topology,
                 "r": s["redundancy"] if s["algorithm"] == "cdc" else None,
                 "step_ms": 1e3 * step,
                 "bound_ms": 1e3 * bound,

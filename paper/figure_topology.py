@@ -3,7 +3,7 @@ coded and the summed shuffle over TCP (``transport=direct``) and as UDP multicas
 and the parameter server on the same topology, every exchange beside its bound there.
 
 Reads ``paper_topology`` (cdc) and ``paper_topology_base`` (ddp, ssgd). The bounds are those of
-:func:`dcoded.bench.topology_bounds`: the busiest shared link's bytes at its rate.
+:func:`dcoded.topology.phase_bounds`: the busiest shared link's bytes at its rate.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dcoded.bench import topology_bounds
+from dcoded.topology import EMULATED, phase_bounds
 from paper import output, paths
 from paper.results import Run, load
 
-TOPOLOGIES = ("switch", "bus", "racks")
 COLUMNS = [
     "topology",
     "algorithm",
@@ -53,7 +52,7 @@ def compute(results: Path, size: str) -> list[dict]:
     rows = []
     for run in [*base, *cdc]:
         t, where = run["time_s"], topology_of(run)
-        limits = topology_bounds(run.summary)
+        limits = phase_bounds(run.summary)
         cdc_run = run["algorithm"] == "cdc"
         rows.append(
             {
@@ -74,7 +73,7 @@ def compute(results: Path, size: str) -> list[dict]:
                 "moved_bytes": run["bytes_per_worker"].get("transport"),
             }
         )
-    order = {name: i for i, name in enumerate(TOPOLOGIES)}
+    order = {name: i for i, name in enumerate(EMULATED)}
     rows.sort(key=lambda x: (order[x["topology"]], x["algorithm"] == "cdc", x["r"] or 0))
     return rows
 
@@ -83,10 +82,10 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     rows = compute(results, size)
     plt = output.pyplot()
     fig, axes = plt.subplots(
-        1, len(TOPOLOGIES), figsize=(16, 4.8), sharey=False, layout="constrained"
+        1, len(EMULATED), figsize=(16, 4.8), sharey=False, layout="constrained"
     )
     fig.suptitle("dnn, K = 4: time per step against r (dotted: its communication bound)")
-    for ax, where in zip(axes, TOPOLOGIES, strict=True):
+    for ax, where in zip(axes, EMULATED, strict=True):
         mine = [x for x in rows if x["topology"] == where]
         for (shuffle, transport), (color, line, marker) in STYLES.items():
             pts = sorted(

@@ -208,7 +208,7 @@ def predict(out: Path, steps: int) -> list[dict]:
     host's), once per hold-out, and its error on the runs each left out; each model's rate
     measured here alone too (a model held out has only that). Writes the calibration fitted
     with K = 8 held out to ``OUT/predict_calibration.json``."""
-    from dcoded.predict import fit, load_summaries, measure_rate
+    from dcoded.predict.calibrate import fit, load_summaries, measure_rate
 
     summaries = load_summaries([out / "runs"])
     compute = {}

@@ -158,7 +158,7 @@ def test_the_phase_figure_draws_each_steps_phases_and_their_medians(tiny_run):
 
 def test_a_phase_is_drawn_beside_its_bound_on_the_emulated_topology(tiny_run, tmp_path):
     """A run on ``cluster=netem`` records its network: each exchange phase's bound is drawn."""
-    from dcoded.bench import topology_bounds
+    from dcoded.topology import phase_bounds
 
     shutil.copytree(tiny_run, tmp_path / "run", ignore=shutil.ignore_patterns("plots"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -166,7 +166,7 @@ def test_a_phase_is_drawn_beside_its_bound_on_the_emulated_topology(tiny_run, tm
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
     spread = plots.phases_figure(tmp_path / "run").axes[1]
     marks = [line for line in spread.get_lines() if line.get_marker() == "D"]
-    bounds = topology_bounds(summary)
+    bounds = phase_bounds(summary)
     assert [m.get_xdata()[0] for m in marks] == [1e3 * bounds["shuffle"], 1e3 * bounds["params"]]
     rows = [t.get_text() for t in spread.get_yticklabels()]
     assert [rows[round(m.get_ydata()[0])] for m in marks] == ["shuffle", "params"]

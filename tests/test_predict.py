@@ -15,6 +15,9 @@ import pytest
 from dcoded import predict as P
 from dcoded.coding import bounds
 from dcoded.coding.messages import algorithm_messages
+from dcoded.predict import calibrate as C
+from dcoded.predict import cli
+from dcoded.topology import Shape
 
 RECORDED = Path(__file__).parent / "data" / "scaling_runs.json"
 ZERO = P.Calibration.zero(samples_per_s=math.inf)
@@ -52,7 +55,7 @@ def test_closed_form_loads_match_the_enumerated_messages(K, r, shuffle, transpor
     """Past MAX_ENUMERATED one cluster's loads come from the closed forms: on a switch and a
     bus they must be what enumerating every message gives."""
     multicast = transport == "multicast"
-    closed = P._closed_form_loads(K, r, shuffle, None, multicast, ("switch",))
+    closed = P._closed_form_loads(K, r, shuffle, None, multicast, Shape("switch"))
     enumerated = [
         bounds.link_bytes(m, K + 1, multicast)
         for m in algorithm_messages("cdc", K, r, None, shuffle).values()
@@ -142,12 +145,12 @@ def test_fit_recovers_the_costs_that_made_the_steps():
             summary = _summary(algorithm, K, r, shuffle, topology)
             summary["time_s"] = {"step_median": P.predict(P.scenario_of(summary), cal).step_s}
             summaries.append(summary)
-    fitted = P.fit(summaries, cal.compute)
+    fitted = C.fit(summaries, cal.compute)
     for family, costs in truth.items():
         got = fitted.costs[family]
         for name in ("link_overhead", "per_message_s", "per_step_s", "per_step_cpu_s"):
             assert getattr(got, name) == pytest.approx(getattr(costs, name), rel=1e-6, abs=1e-9)
-    for row in P.compare(summaries, fitted):
+    for row in C.compare(summaries, fitted):
         assert abs(row["error_pct"]) < 1e-6
 
 
@@ -184,7 +187,7 @@ def test_predict_summary_prints_the_predicted_then_the_measured_step(tmp_path, c
     summary["time_s"] = {"step_median": 0.25}
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
-    assert P.main(["--summary", str(tmp_path)]) == 0
+    assert cli.main(["--summary", str(tmp_path)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     expected = 1e3 * P.predict(P.scenario_of(summary)).step_s
     assert last.startswith(f"predicted {expected:.1f} ms ± ")
@@ -194,7 +197,7 @@ def test_predict_summary_prints_the_predicted_then_the_measured_step(tmp_path, c
 
 
 def test_predict_says_impossible_and_exits_1(capsys):
-    assert P.main(["-K", "6", "-g", "4", "-r", "2"]) == 1
+    assert cli.main(["-K", "6", "-g", "4", "-r", "2"]) == 1
     assert "impossible: group_size=4" in capsys.readouterr().out
 
 
@@ -211,7 +214,7 @@ def test_predict_says_impossible_and_exits_1(capsys):
 def test_a_negative_or_zero_size_is_refused_not_predicted(args, named, capsys):
     """``--rate-gbit -5`` printed a prediction and exited 0."""
     with pytest.raises(SystemExit) as done:
-        P.main(["-K", "16", "--topology", "switch", *args])
+        cli.main(["-K", "16", "--topology", "switch", *args])
     assert done.value.code == 2
     err = capsys.readouterr()
     assert named in err.err and "predicted" not in err.out
@@ -221,12 +224,12 @@ def test_the_defaults_are_the_engines_and_the_help_shows_them(capsys):
     """Its cdc default was ``r=1 summed`` where ``python -m dcoded`` runs ``r=2 coded``."""
     from dcoded.config import config_defaults
 
-    assert P.main([]) == P.OUTSIDE  # 10 Gbit/s, a machine per worker: not calibrated
+    assert cli.main([]) == cli.OUTSIDE  # 10 Gbit/s, a machine per worker: not calibrated
     described = capsys.readouterr().out.splitlines()[0]
     coding = config_defaults()["coding"]
     assert f"r={coding['redundancy']}" in described and coding["shuffle"] in described
     with pytest.raises(SystemExit):
-        P.main(["--help"])
+        cli.main(["--help"])
     assert "(default: 10.0)" in capsys.readouterr().out
 
 
@@ -241,7 +244,7 @@ def test_the_model_stays_within_its_stated_error_on_the_recorded_runs():
     runs = _recorded()
     cal = P.Calibration.load()
     assert sorted(cal.fitted_on["held_out_K"]) == [12, 16]
-    rows = P.compare(runs, cal)
+    rows = C.compare(runs, cal)
     assert len(rows) == len(runs) >= 100
     assert {r["held_out"] for r in rows} == {True, False}
     for row in rows:
@@ -251,7 +254,7 @@ def test_the_model_stays_within_its_stated_error_on_the_recorded_runs():
 
 def test_the_committed_calibration_is_the_fit_of_the_recorded_runs():
     cal = P.Calibration.load()
-    again = P.fit(_recorded(), cal.compute, cal.fitted_on["held_out_K"])
+    again = C.fit(_recorded(), cal.compute, cal.fitted_on["held_out_K"])
     for family, costs in again.costs.items():
         for name, value in vars(costs).items():
             assert getattr(cal.costs[family], name) == pytest.approx(value, rel=1e-6, abs=1e-12)
@@ -264,12 +267,12 @@ def test_outside_its_calibration_it_says_so_instead_of_a_number(tmp_path, capsys
     summary["environment"].pop("netem")  # cluster=local: no emulated link
     summary["time_s"] = {"step_median": 0.030}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    assert P.main(["--summary", str(tmp_path)]) == P.OUTSIDE == 3
+    assert cli.main(["--summary", str(tmp_path)]) == cli.OUTSIDE == 3
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("not predicted: outside the calibration (no emulated link (loopback)")
     assert last.endswith("measured 30.0 ms")  # no error of a number it did not give
     args = ["-K", "16", "-r", "3", "--transport", "multicast", "--topology", "bus"]
-    assert P.main(args) == P.OUTSIDE
+    assert cli.main(args) == cli.OUTSIDE
     out = capsys.readouterr().out
     assert "10000 Mbit/s (fitted at 25 Mbit/s)" in out
     assert not [ln for ln in out.splitlines() if ln.startswith("predicted")]
@@ -366,11 +369,11 @@ def test_a_scale_model_run_is_on_K_machines_and_its_step_undilated():
     assert scaled["time_s"]["step_median"] == 2.5
     assert P.scenario_of(shared).cores == 2 and P.scenario_of(shared).hosts == "shared"
     assert P.scenario_of(scaled).cores is None and P.scenario_of(scaled).hosts == "machines"
-    assert P.measured_step(shared) == P.measured_step(scaled) == 0.5
-    kept = P.compact(scaled)  # --record keeps what a check reads
-    assert P.scenario_of(kept) == P.scenario_of(scaled) and P.measured_step(kept) == 0.5
+    assert C.measured_step(shared) == C.measured_step(scaled) == 0.5
+    kept = C.compact(scaled)  # --record keeps what a check reads
+    assert P.scenario_of(kept) == P.scenario_of(scaled) and C.measured_step(kept) == 0.5
     assert kept["fidelity"] == {"ok": True, "problems": []}
-    assert set(P.compact(shared)) == set(P.compact(scaled)) - {
+    assert set(C.compact(shared)) == set(C.compact(scaled)) - {
         "scale_model",
         "time_s_undilated",
         "fidelity",
@@ -383,21 +386,21 @@ def test_a_scale_model_run_is_on_K_machines_and_its_step_undilated():
 
 def test_a_fit_on_scale_model_runs_reads_their_undilated_steps():
     runs = [_timed(_scaled(s)) for s in _grid()]  # steps of K machines, from the truth
-    assert runs[0]["time_s"]["step_median"] == 5 * P.measured_step(runs[0])
-    fitted = P.fit(runs, COMPUTE)
-    for row in P.compare(runs, fitted):
+    assert runs[0]["time_s"]["step_median"] == 5 * C.measured_step(runs[0])
+    fitted = C.fit(runs, COMPUTE)
+    for row in C.compare(runs, fitted):
         assert abs(row["error_pct"]) < 1e-6 and not row["outside"]
     assert fitted.fitted_on["domain"]["ddp"]["hosts"] == ["machines"]
 
 
 def test_another_host_kind_is_outside_the_calibration():
     machines = [_timed(_scaled(s)) for s in _grid()]
-    on_machines = P.fit(machines, COMPUTE)
+    on_machines = C.fit(machines, COMPUTE)
     shared = P.scenario_of(_summary("cdc", 6, 2, "coded", "switch"))
     assert P.outside_calibration(shared, on_machines) == [
         "workers sharing one machine (fitted on a machine per worker)"
     ]
-    on_shared = P.fit(_grid(), COMPUTE)
+    on_shared = C.fit(_grid(), COMPUTE)
     scaled = P.scenario_of(machines[0])
     assert P.outside_calibration(scaled, on_shared) == [
         "a machine per worker (fitted on workers sharing one machine)"
@@ -413,16 +416,16 @@ def test_a_scale_model_run_outside_its_fidelity_is_left_out_of_the_fit(capsys):
     runs = _grid()
     bad = _timed(_scaled(_summary("cdc", 6, 2, "coded", "switch"), ok=False), scale=3.0)
     bad["_path"] = "sweep/7/summary.json"
-    fitted = P.fit([*runs, bad], COMPUTE)
+    fitted = C.fit([*runs, bad], COMPUTE)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "note: left out of the fit, outside the scale model's fidelity (idle 4% of the time "
         "under 15%): sweep/7/summary.json"
     ]
-    assert fitted.fitted_on["runs"] == P.fit(runs, COMPUTE).fitted_on["runs"]
+    assert fitted.fitted_on["runs"] == C.fit(runs, COMPUTE).fitted_on["runs"]
     assert fitted.fitted_on["domain"]["cdc-direct"]["hosts"] == ["shared"]
     assert fitted.fitted_on["error_pct"]["cdc-direct"]["fitted"] == 0.0
-    assert [r["faithful"] for r in P.compare([runs[0], bad], fitted)] == [True, False]
+    assert [r["faithful"] for r in C.compare([runs[0], bad], fitted)] == [True, False]
 
 
 @pytest.mark.parametrize(
@@ -436,12 +439,12 @@ def test_a_scale_model_run_outside_its_fidelity_is_left_out_of_the_fit(capsys):
 def test_a_hold_out_leaves_its_runs_out_of_the_fit_and_says_their_error(hold_out, name, held):
     fitted_runs = _grid() + _grid((6, 8, 12), rack_size=2)
     runs = fitted_runs + held
-    cal = P.fit(runs, COMPUTE, **hold_out)
+    cal = C.fit(runs, COMPUTE, **hold_out)
     (values,) = hold_out.values()
     assert cal.fitted_on[f"held_out_{name}"] == values
     count = lambda rs, f: sum(P.scenario_of(s).family == f for s in rs)  # noqa: E731
     assert cal.fitted_on["runs"] == {f: count(fitted_runs, f) for f in TRUTH}
-    rows = P.compare(runs, cal)
+    rows = C.compare(runs, cal)
     assert [r["held_out_by"] for r in rows] == [[]] * len(fitted_runs) + [[name]] * len(held)
     assert max(abs(r["error_pct"]) for r in rows) < 1e-6  # the truth, fitted without them
     for family, e in cal.fitted_on["error_pct"].items():
@@ -449,7 +452,7 @@ def test_a_hold_out_leaves_its_runs_out_of_the_fit_and_says_their_error(hold_out
     # one held-out run 50% slower: its error shows, held out, and the fit is as it was
     off = [*fitted_runs, *held]
     off[-1] = _timed(json.loads(json.dumps(held[-1])), scale=1.5)  # a ddp run
-    again = P.fit(off, COMPUTE, **hold_out)
+    again = C.fit(off, COMPUTE, **hold_out)
     e = again.fitted_on["error_pct"]["ddp"]
     assert e["fitted"] == 0.0 and e["held_out"] == e["held_out_by"][name]["worst"] == 33.3
     assert e["held_out_by"][name]["mean"] == round(33.3 / count(held, "ddp"), 1)
@@ -464,10 +467,10 @@ def test_hold_outs_combine_and_the_fit_prints_each_ones_error(tmp_path, capsys):
     path = tmp_path / "calibration.json"
     P.Calibration({}, COMPUTE).save(path)
     args = ["--fit", str(tmp_path / "runs"), "--calibration", str(path), "--hold-out-K", "12"]
-    assert P.main([*args, "--hold-out-rate", "50", "--hold-out-model", "cnn"]) == 0
+    assert cli.main([*args, "--hold-out-rate", "50", "--hold-out-model", "cnn"]) == 0
     out = capsys.readouterr().out
     cal = P.Calibration.load(path)
-    assert [cal.fitted_on[f"held_out_{n}"] for n in P.HOLD_OUTS] == [[12], [50.0], [], ["cnn"]]
+    assert [cal.fitted_on[f"held_out_{n}"] for n in C.HOLD_OUTS] == [[12], [50.0], [], ["cnn"]]
     assert cal.fitted_on["runs"] == {"cdc-direct": 12, "ddp": 6}  # K = 4, 6, 8 at 25, dnn
     for family, n in {"cdc-direct": 4, "ddp": 2}.items():  # a grid's runs of it at one K
         by = cal.fitted_on["error_pct"][family]["held_out_by"]
@@ -480,7 +483,7 @@ def test_hold_outs_combine_and_the_fit_prints_each_ones_error(tmp_path, capsys):
     assert "  error on the 16 runs held out by rate_mbit=50: mean 0.0%, worst 0.0%" in out
     assert "  error on the 8 runs held out by model=cnn: mean 0.0%, worst 0.0%" in out
     with pytest.raises(SystemExit):
-        P.main([*args, "--hold-out-rate", "fifty"])
+        cli.main([*args, "--hold-out-rate", "fifty"])
     assert "--hold-out-rate: 'fifty' is not a list such as 12,16" in capsys.readouterr().err
 
 
@@ -497,12 +500,12 @@ def test_a_model_without_a_compute_rate_is_one_line_not_a_traceback(tmp_path, ca
         ["--fit", str(tmp_path / "runs")],
         ["--model", "cnn", "-K", "4", "--rate-mbit", "25"],
     ):
-        assert P.main([*args, "--calibration", str(path)]) == 2
+        assert cli.main([*args, "--calibration", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: no compute rate for model 'cnn' in the calibration (it has")
         assert "--measure-rate model=cnn" in err and err.count("\n") == 1
     path.write_text('{"costs": {')
-    assert P.main(["--calibration", str(path)]) == 2
+    assert cli.main(["--calibration", str(path)]) == 2
     assert capsys.readouterr().err.startswith(f"error: cannot read the calibration {path}")
 
 
@@ -511,14 +514,14 @@ def test_measure_rate_stores_what_it_measured_in_the_calibration(tmp_path, capsy
     now it stores it under its model, keeping the costs, and a fit then finds it."""
     path = tmp_path / "calibration.json"
     P.Calibration({"ddp": P.Costs(link_overhead=1.5)}, {"cnn": COMPUTE["cnn"]}).save(path)
-    assert P.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(path)]) == 0
+    assert cli.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(path)]) == 0
     printed = json.loads(capsys.readouterr().out.split("\nstored as")[0])
     cal = P.Calibration.load(path)
     assert cal.compute["dnn"] == {k: printed[k] for k in ("samples_per_s", "per_call_s")}
     assert cal.compute["cnn"] == COMPUTE["cnn"] and cal.costs["ddp"].link_overhead == 1.5
     assert printed["samples_per_s"] > 0 and printed["n_params"] == 64 * 16 + 16 + 16 * 10 + 10
     fresh = tmp_path / "new.json"  # none yet: one with the rate alone
-    assert P.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(fresh)]) == 0
+    assert cli.main(["--measure-rate", "model.hidden=[16]", "--calibration", str(fresh)]) == 0
     assert set(P.Calibration.load(fresh).compute) == {"dnn"}
 
 
@@ -541,14 +544,14 @@ def test_a_fit_takes_each_models_compute_from_its_runs_maps_not_the_measured_rat
             }
             runs.append(summary)
     given = {"dnn": {"samples_per_s": 5e4, "per_call_s": 2e-4}, "cnn": COMPUTE["cnn"]}
-    got = P.fit(runs, given)
+    got = C.fit(runs, given)
     assert got.compute["dnn"]["samples_per_s"] == pytest.approx(2e4, rel=1e-6)
     assert got.compute["dnn"]["per_call_s"] == pytest.approx(1e-3, rel=1e-6)
     assert got.compute["dnn"]["runs"] == 4 and got.compute["cnn"] == COMPUTE["cnn"]
     for family in ("cdc-direct", "ddp", "ssgd"):
         assert got.fitted_on["error_pct"][family]["fitted"] < 0.1
     # measured alone, the rate 2.5 times too fast: every fitted error is larger
-    alone = P.fit(
+    alone = C.fit(
         [
             {**r, "time_s_undilated": {"step_median": r["time_s_undilated"]["step_median"]}}
             for r in runs
@@ -562,7 +565,9 @@ def test_a_fit_takes_each_models_compute_from_its_runs_maps_not_the_measured_rat
 def test_measure_rate_with_an_override_it_cannot_apply_is_one_line(tmp_path, capsys):
     """An override the composed config lacks (a netem link rate) ended in Hydra's traceback."""
     path = tmp_path / "calibration.json"
-    assert P.main(["--measure-rate", "cluster.bandwidth_mbit=100", "--calibration", str(path)]) == 2
+    assert (
+        cli.main(["--measure-rate", "cluster.bandwidth_mbit=100", "--calibration", str(path)]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: --measure-rate cluster.bandwidth_mbit=100: Could not override")
     assert err.count("\n") == 1 and not path.exists()

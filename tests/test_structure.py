@@ -334,3 +334,48 @@ def test_every_file_the_package_and_paper_write_is_made_new_without_following_a_
         'files.write_text(p, "x")\nwith files.create(p) as f: pass\n'
     )
     assert _plain_writes(sample) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["TOPOLOGIES", "EMULATED", "SHUFFLES", "TRANSPORTS"])
+def test_each_list_of_names_is_spelled_out_once(name):
+    """One place says which topologies (or shuffles, transports) there are; every other module
+    imports it, so that a new one is added in one file."""
+    spelled = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "paper").glob("*.py")]:
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and isinstance(node.value, ast.Tuple | ast.List)
+            ):
+                spelled.append(str(path.relative_to(ROOT)))
+    assert len(spelled) == 1, f"{name} is spelled out in {spelled}"
+
+
+def test_the_network_shape_is_pure():
+    """``dcoded.topology`` is read by the emulated network, the settings, the model and the
+    paper alike: it imports ``dcoded.coding`` and nothing heavier."""
+    graph = import_graph()
+    assert all(m.startswith("dcoded.coding") for m in graph["dcoded.topology"])
+    source = (PACKAGE / "topology.py").read_text()
+    assert not re.search(r"^\s*(import|from) (torch|dask|distributed|omegaconf)", source, re.M)
+
+
+def test_the_performance_model_imports_no_engine():
+    """``dcoded.predict`` (the model) reads the layout, the network's shape and a calibration;
+    fitting it on runs and timing a worker (which build replicas) live in
+    ``dcoded.predict.calibrate``, which the model never imports."""
+    allowed = ("dcoded.coding", "dcoded.topology", "dcoded.errors", "dcoded.files")
+    graph = import_graph()
+    assert all(m.startswith(allowed) for m in graph["dcoded.predict"]), graph["dcoded.predict"]
+    assert "dcoded.engine.replica" in _reach(graph, "dcoded.predict.calibrate")
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen

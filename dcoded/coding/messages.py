@@ -21,6 +21,10 @@ import numpy as np
 from dcoded.coding.hybrid import HybridPlan, best_m, hybrid_plan
 from dcoded.coding.placement import Placement, label_without, summed_plan, uncoded_sender
 
+#: The gradient exchanges of ``cdc`` (``coding.shuffle``), each a way to send the step's
+#: messages: XOR-coded packets, the values whole, pre-summed values, or hybrid packets of sums.
+SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
+
 
 def plan_of(p: Placement, group: tuple) -> HybridPlan:
     """The hybrid plan a ``hyb`` tag belongs to: groups of ``m + 1`` workers."""

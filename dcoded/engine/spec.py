@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass, field
 
 from dcoded.coding import HybridPlan, Placement, hybrid_plan
 
-#: The gradient exchanges of ``cdc`` (``coding.shuffle``).
-SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
 #: How ``cdc``'s packets and segments travel (``transport``).
 TRANSPORTS = ("dask", "direct", "multicast")
 

@@ -1,0 +1,7 @@
+"""``python -m dcoded.predict``: see :mod:`dcoded.predict.cli`."""
+
+import sys
+
+from dcoded.predict.cli import main
+
+sys.exit(main())

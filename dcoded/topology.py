@@ -1,0 +1,205 @@
+"""The network's shape: the topologies, who shares which link, and what a step's messages put
+on each link and cost there.
+
+One :class:`Shape` is read by everything that needs the network's physics: the emulated
+network (:mod:`dcoded.netem`: which bridge a host hangs on, which queues a frame crosses), the
+run's settings (:mod:`dcoded.config`: each multicast sender's pace), the benchmark and the
+paper (each phase's time bound beside what a run measured), and the performance model
+(:mod:`dcoded.predict`). Hosts ``0..K-1`` are the workers and host ``K`` the driver, which sits
+on the core (in no rack and no pod). The byte algebra itself is :mod:`dcoded.coding.bounds`.
+
+>>> shape = Shape("racks", rate_mbit=100, rack_size=2, uplink_mbit=50)
+>>> shape.rack_of(4), shape.n_racks(4), shape.queues_on_path()
+([0, 0, 1, 1, None], 2, 4)
+>>> loads = shape.link_bytes([(0, [1, 2, 3], 50e6 / 8)], 4, multicast=True)
+>>> shape.seconds(loads)  # 50 Mbit once up rack 0's uplink of 50 Mbit/s
+1.0
+
+Adding a topology: name it in :data:`TOPOLOGIES` (and in :data:`EMULATED` once
+:mod:`dcoded.netem` builds it), give its links in :meth:`Shape.link_bytes` (through
+:func:`dcoded.coding.bounds.link_bytes`) and their bound in :func:`dcoded.coding.bounds.seconds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dcoded.coding import bounds
+from dcoded.coding.bounds import TOPOLOGIES  # every topology the model knows, in table order
+from dcoded.coding.messages import algorithm_messages
+
+__all__ = ["EMULATED", "TOPOLOGIES", "Shape", "check", "phase_bounds", "phase_messages"]
+#: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
+EMULATED = ("switch", "bus", "racks")
+#: Per topology, the shaped queues on the longest path between two hosts: the sender's link,
+#: the bus or the uplinks up and down, the receiver's link.
+QUEUES_ON_PATH = {"switch": 2, "bus": 3, "racks": 4, "fattree": 6}
+#: The share of the busiest link's rate a multicast sender's pace is set to fill.
+PACE_SHARE = 0.95
+
+Message = tuple[int, Sequence[int], float]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A network: ``kind`` (one of :data:`TOPOLOGIES`), each host link's ``rate_mbit``, and
+    where there are racks, ``rack_size`` workers behind an uplink of ``uplink_mbit`` (each
+    way; ``None``: ``rate_mbit``), and in a fat tree ``pod_racks`` racks a pod behind an
+    uplink of ``pod_uplink_mbit`` (``None``: the rack uplink's)."""
+
+    kind: str = "switch"
+    rate_mbit: float = 1.0
+    rack_size: int | None = None
+    uplink_mbit: float | None = None
+    pod_racks: int | None = None
+    pod_uplink_mbit: float | None = None
+
+    @classmethod
+    def of(cls, links: Mapping) -> Shape:
+        """From the emulated network's settings (``cluster.*`` of ``cluster=netem``, or the
+        ``environment.netem`` a run's summary records)."""
+        return cls(
+            kind=links.get("topology") or "switch",
+            rate_mbit=float(links["bandwidth_mbit"]),
+            rack_size=links.get("rack_size"),
+            uplink_mbit=links.get("uplink_mbit"),
+            pod_racks=links.get("pod_racks"),
+            pod_uplink_mbit=links.get("pod_uplink_mbit"),
+        )
+
+    @property
+    def racked(self) -> bool:
+        """Whether workers sit in racks behind uplinks."""
+        return self.kind in ("racks", "fattree")
+
+    def uplink(self) -> float:
+        """Each rack uplink's rate, Mbit/s each way."""
+        return float(self.uplink_mbit or self.rate_mbit)
+
+    def pod_uplink(self) -> float:
+        """Each pod uplink's rate, Mbit/s each way."""
+        return float(self.pod_uplink_mbit or self.uplink())
+
+    def rack_of(self, n_workers: int) -> list[int | None] | None:
+        """Each host's rack (the driver, last: ``None``, on the core); ``None`` without racks."""
+        if not self.racked:
+            return None
+        return [k // self.rack_size for k in range(n_workers)] + [None]
+
+    def pod_of(self, n_workers: int) -> list[int | None] | None:
+        """Each host's pod (the driver, last: ``None``); ``None`` outside a fat tree."""
+        if self.kind != "fattree":
+            return None
+        return [k // (self.rack_size * self.pod_racks) for k in range(n_workers)] + [None]
+
+    def n_racks(self, n_workers: int) -> int:
+        """How many racks ``n_workers`` fill (0 without racks)."""
+        return -(-n_workers // self.rack_size) if self.racked else 0
+
+    def queues_on_path(self) -> int:
+        """How many shaped queues a frame crosses on the longest path between two hosts."""
+        return QUEUES_ON_PATH[self.kind]
+
+    def link_bytes(
+        self, messages: Iterable[Message], n_workers: int, multicast: bool
+    ) -> dict[str, object]:
+        """What ``messages`` between the ``n_workers`` workers and the driver (host
+        ``n_workers``) put on each link (:func:`dcoded.coding.bounds.link_bytes`)."""
+        return bounds.link_bytes(
+            messages, n_workers + 1, multicast, self.rack_of(n_workers), self.pod_of(n_workers)
+        )
+
+    def seconds(self, loads: Mapping, unit_bytes: float = 1.0) -> float:
+        """The time bound of an exchange with these link loads (in units of ``unit_bytes``)."""
+        return bounds.seconds(self._rates(lambda mbit: mbit * 1e6 / 8 / unit_bytes), loads)
+
+    def _rates(self, unit) -> dict:
+        """The topology as :func:`dcoded.coding.bounds.seconds` takes it, each rate in Mbit/s
+        given to ``unit``."""
+        return {
+            "kind": self.kind,
+            "rate": unit(self.rate_mbit),
+            "uplink": unit(self.uplink()),
+            "pod_uplink": unit(self.pod_uplink()),
+        }
+
+    def paces(self, phases: Mapping[str, Iterable[Message]]) -> dict[str, float]:
+        """Per phase, the pace (Mbit/s) at which every multicast sender can send at once
+        without overrunning a link. A sender that spreads its phase's ``B(s)`` bytes evenly at
+        pace ``p`` puts ``p · b(s→x) / B(s)`` on a link ``x`` that carries ``b(s→x)`` of them,
+        so ``p`` is the link's rate over ``max_x Σ_s b(s→x) / B(s)``: the link loads of each
+        message scaled by ``1 / B(its sender)``, at the rates over the host link's. Never above
+        a sender's own link; :data:`PACE_SHARE` of that, to leave room for the rest."""
+        out = {}
+        for phase, messages in phases.items():
+            messages = list(messages)
+            sent: dict[int, float] = {}
+            for sender, _, size in messages:
+                sent[sender] = sent.get(sender, 0.0) + size
+            shares = [(s, r, size / sent[s]) for s, r, size in messages]
+            n_hosts = 1 + max((max([s, *r]) for s, r, _ in messages), default=0)
+            loads = self.link_bytes(shares, n_hosts, multicast=True)
+            # in units of the host link: 1 where a link is as busy as the sender's own
+            use = bounds.seconds(self._rates(lambda mbit: mbit / self.rate_mbit), loads)
+            out[phase] = PACE_SHARE * self.rate_mbit / max(1.0, use)
+        return out
+
+
+def check(
+    links: Mapping, n_workers: int, allowed: Sequence[str] = EMULATED, prefix: str = "cluster."
+) -> None:
+    """``ValueError`` naming the setting (``prefix`` and its key) for a shape that cannot be:
+    a topology not in ``allowed``, racks without an integer size that makes two racks or
+    more, a fat tree without pods."""
+    kind = links.get("topology") or "switch"
+    if kind not in allowed:
+        raise ValueError(f"{prefix}topology={kind!r} is not known: choose one of {tuple(allowed)}")
+    if kind in ("racks", "fattree"):
+        size = links.get("rack_size")
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size < n_workers:
+            raise ValueError(
+                f"{prefix}rack_size={size!r} is not allowed with {prefix}topology={kind} and "
+                f"{prefix}n_workers={n_workers}: it must be an integer in 1..{n_workers - 1} "
+                "(the rack size: workers per rack; at least two racks)"
+            )
+    if kind == "fattree":
+        pods = links.get("pod_racks")
+        if not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
+            raise ValueError(
+                f"{prefix}pod_racks={pods!r} is not allowed with {prefix}topology=fattree: "
+                "it must be an integer >= 1 (racks per pod)"
+            )
+
+
+def phase_messages(summary: Mapping) -> dict[str, list[Message]]:
+    """The messages of one step of a run, ``(sender, receivers, bytes)``, by phase: the
+    gradient exchange and the parameter distribution
+    (:func:`dcoded.coding.messages.algorithm_messages` of its layout). Hosts ``0..K-1`` are
+    the workers, ``K`` the driver (the parameter server)."""
+    d4 = 4 * summary["n_params"]
+    phases = algorithm_messages(
+        summary["algorithm"],
+        summary["n_workers"],
+        summary["redundancy"],
+        summary["group_size"],
+        summary["shuffle"],
+        summary.get("hybrid_m"),
+    )
+    return {k: [(s, r, v * d4) for s, r, v in m] for k, m in phases.items()}
+
+
+def phase_bounds(summary: Mapping) -> dict[str, float]:
+    """Seconds per step that each exchange phase of a run needs at least on its emulated
+    network, and their sum (``comm``); ``{}`` for a run without ``cluster=netem``."""
+    net = summary["environment"].get("netem")
+    if not net:
+        return {}
+    shape = Shape.of(net)
+    multicast = summary.get("transport") == "multicast"
+    out = {"shuffle": 0.0, "params": 0.0}
+    for phase, messages in phase_messages(summary).items():
+        loads = shape.link_bytes(messages, summary["n_workers"], multicast)
+        out[phase] = shape.seconds(loads)
+    out["comm"] = out["shuffle"] + out["params"]
+    return out

@@ -1,0 +1,119 @@
+"""The network's shape, read by the emulated network, the settings, the benchmark, the model
+and the paper: membership, link loads, bounds and paces against counts made by hand."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dcoded import topology
+from dcoded.coding import Placement
+from dcoded.coding.messages import step_messages
+from dcoded.topology import Shape
+
+
+def test_each_host_knows_its_rack_and_pod_and_the_driver_sits_on_the_core():
+    tree = Shape("fattree", rate_mbit=100, rack_size=2, pod_racks=2)
+    assert tree.rack_of(8) == [0, 0, 1, 1, 2, 2, 3, 3, None]
+    assert tree.pod_of(8) == [0, 0, 0, 0, 1, 1, 1, 1, None]
+    assert (tree.n_racks(7), tree.queues_on_path()) == (4, 6)
+    racks = Shape("racks", rate_mbit=100, rack_size=3, uplink_mbit=20)
+    assert (racks.rack_of(5), racks.pod_of(5), racks.n_racks(5)) == ([0, 0, 0, 1, 1, None], None, 2)
+    assert Shape("bus").rack_of(4) is None and Shape("bus").n_racks(4) == 0
+
+
+def test_a_parameter_server_step_is_bounded_by_the_drivers_link():
+    """ssgd, K = 4 on a switch of 8 Mbit/s (10^6 bytes/s): 4 gradients of 4d bytes into the
+    driver, then 4 thetas out of it, each phase 16d bytes through its one link."""
+    d = 1000
+    summary = {
+        "environment": {"netem": {"topology": "switch", "bandwidth_mbit": 8}},
+        "algorithm": "ssgd",
+        "n_workers": 4,
+        "redundancy": 1,
+        "group_size": None,
+        "shuffle": "coded",
+        "n_params": d,
+        "transport": "direct",
+    }
+    got = topology.phase_bounds(summary)
+    assert got == pytest.approx({"shuffle": 16 * d / 1e6, "params": 16 * d / 1e6, "comm": 0.032})
+    assert topology.phase_bounds({**summary, "environment": {}}) == {}
+
+
+def _links_crossed(shape: Shape, sender: int, receivers, n_workers: int) -> set:
+    """Every shaped link one multicast copy crosses, by walking its paths: the sender's own
+    link, each receiver's, and the uplinks between their racks and pods (once each)."""
+    rack = shape.rack_of(n_workers) or [None] * (n_workers + 1)
+    pod = shape.pod_of(n_workers) or [None] * (n_workers + 1)
+    crossed = {("out", sender)} | {("in", r) for r in receivers}
+    if shape.kind == "bus":
+        crossed.add("bus")
+    for r in receivers:
+        if rack[r] != rack[sender]:
+            crossed |= {("up", rack[sender]), ("down", rack[r])}
+        if pod[r] != pod[sender]:
+            crossed |= {("pod_up", pod[sender]), ("pod_down", pod[r])}
+    return {x for x in crossed if None not in (x if isinstance(x, tuple) else ())}
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        Shape("switch", 100),
+        Shape("bus", 100),
+        Shape("racks", 100, rack_size=2, uplink_mbit=30),
+        Shape("fattree", 100, rack_size=2, pod_racks=2, uplink_mbit=60, pod_uplink_mbit=25),
+    ],
+    ids=lambda s: s.kind,
+)
+@pytest.mark.parametrize(("shuffle", "r"), [("coded", 1), ("coded", 2), ("summed", 3)])
+def test_every_sender_at_its_pace_fills_the_busiest_link_and_overruns_none(shape, shuffle, r):
+    """All senders at once, each spreading its phase's bytes evenly at the pace: no link
+    carries more than 95% of its rate, and the busiest carries just that (or the senders' own
+    links bind first)."""
+    K = 8
+    capacity = {"out": shape.rate_mbit, "in": shape.rate_mbit, "bus": shape.rate_mbit}
+    capacity |= {"up": shape.uplink(), "down": shape.uplink()}
+    capacity |= {"pod_up": shape.pod_uplink(), "pod_down": shape.pod_uplink()}
+    phases = step_messages(Placement(K, r), shuffle, None)
+    for phase, pace in shape.paces(phases).items():
+        messages = phases[phase]
+        sent = {s: sum(n for t, _, n in messages if t == s) for s, _, _ in messages}
+        used: dict = {}
+        for s, receivers, n in messages:
+            for link in _links_crossed(shape, s, receivers, K):
+                used[link] = used.get(link, 0.0) + pace * n / sent[s]
+        busiest = max(
+            u / capacity[link if isinstance(link, str) else link[0]] for link, u in used.items()
+        )
+        assert busiest <= 0.95 + 1e-9, (phase, busiest)
+        assert busiest == pytest.approx(0.95), (phase, pace)
+
+
+def test_a_phase_that_sends_nothing_goes_at_the_senders_own_link():
+    assert Shape("bus", 40).paces({"shuffle": []}) == {"shuffle": 0.95 * 40}
+
+
+@pytest.mark.parametrize(
+    ("links", "allowed", "says"),
+    [
+        ({"topology": "ring"}, topology.EMULATED, "cluster.topology='ring' is not known"),
+        ({"topology": "fattree", "rack_size": 2}, topology.EMULATED, "is not known"),
+        ({"topology": "racks"}, topology.EMULATED, "cluster.rack_size=None is not allowed"),
+        ({"topology": "racks", "rack_size": 4}, topology.EMULATED, r"in 1\.\.3"),
+        ({"topology": "racks", "rack_size": True}, topology.EMULATED, "rack_size=True"),
+        ({"topology": "fattree", "rack_size": 2}, topology.TOPOLOGIES, "pod_racks=None"),
+    ],
+)
+def test_an_impossible_shape_is_refused_naming_the_setting(links, allowed, says):
+    with pytest.raises(ValueError, match=says):
+        topology.check(links, 4, allowed)
+
+
+def test_every_possible_shape_passes():
+    for kind, size in itertools.product(topology.TOPOLOGIES, (1, 2, 3)):
+        topology.check(
+            {"topology": kind, "rack_size": size, "pod_racks": 1}, 4, topology.TOPOLOGIES
+        )
