@@ -37,7 +37,7 @@ import yaml
 
 from dcoded import files
 from dcoded.coding.helptext import help_text
-from dcoded.coding.messages import SHUFFLES
+from dcoded.coding.shuffles import SHUFFLES
 from dcoded.results import PHASES, load_sweep
 from dcoded.topology import TOPOLOGIES, phase_bounds
 

@@ -22,7 +22,8 @@ from dcoded.checkpoint import Checkpoint, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import check_cluster_config
 from dcoded.coding import Placement, best_m, check_layout, check_m, hybrid_plan
-from dcoded.coding.messages import SHUFFLES, step_messages
+from dcoded.coding.messages import step_messages
+from dcoded.coding.shuffles import SHUFFLES, scheme
 from dcoded.coding.stragglers import check_stragglers
 from dcoded.data import absolute_path, check_dataset
 from dcoded.engine import ALGORITHMS, straggle
@@ -242,7 +243,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
             _check_size(placement)
         if uses_placement:
             placement.check_batch(batch, names=CONFIG_NAMES)
-        if uses_placement and shuffle == "hybrid":
+        if uses_placement and scheme(shuffle).needs_plan:
             m = coding.get("hybrid_m")
             if m is None:  # the least load for this (g, r), chosen by dcoded.coding
                 m = best_m(placement.g, r)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from dcoded.coding.messages import SHUFFLES
+from dcoded.coding.shuffles import SHUFFLES
 from dcoded.data.dataset import DATASET_NAMES
 from dcoded.engine import ALGORITHMS
 from dcoded.engine.spec import TRANSPORTS

@@ -14,78 +14,30 @@ each segment adds :func:`cross_cluster_sum`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import comb
-
-from dcoded.coding.hybrid import best_m, check_m, profile
+from dcoded.coding.hybrid import best_m, profile
 from dcoded.coding.placement import check_layout
+from dcoded.coding.shuffles import SCHEMES, Load
+from dcoded.coding.shuffles.coded import coded_shuffle
+from dcoded.coding.shuffles.hybrid import hybrid_shuffle
+from dcoded.coding.shuffles.summed import summed_shuffle
+from dcoded.coding.shuffles.uncoded import uncoded_shuffle
 
-
-@dataclass(frozen=True)
-class Load:
-    """A load in units of ``d`` values per worker per step."""
-
-    multicast: float
-    unicast: float
-
-    def bytes(self, d: int, itemsize: int = 4) -> Load:
-        return Load(self.multicast * d * itemsize, self.unicast * d * itemsize)
-
-
-def coded_shuffle(n_workers: int, redundancy: int) -> Load:
-    """CDC coded shuffle: ``C(K-1, r) / (K r)`` multicast, ``C(K-1, r) / K`` unicast.
-
-    A worker is in ``C(K-1, r)`` groups and sends one packet of ``(d/K)/r`` values in each,
-    heard by ``r`` receivers. Summed over workers this is ``(1/r)(1 - r/K)`` of all
-    intermediate values (``C(K, r)`` sub-batch gradients of ``d`` values): CDC's optimum.
-    """
-    K, r = n_workers, redundancy
-    check_layout(K, r)
-    return Load(comb(K - 1, r) / (K * r), comb(K - 1, r) / K)
-
-
-def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
-    """Same placement, every ``v(S, k)`` sent whole by one holder: ``C(K-1, r) / K`` both ways."""
-    K, r = n_workers, redundancy
-    check_layout(K, r)
-    return Load(comb(K - 1, r) / K, comb(K - 1, r) / K)
-
-
-def summed_shuffle(n_workers: int, redundancy: int) -> Load:
-    """The summed shuffle (a reduce-scatter that sums before sending, with the CDC placement):
-    ``(K-r)/K`` sent and received per worker.
-
-    The sub-batches owner ``k`` lacks are the ``r``-subsets of the other ``K-1`` workers; any
-    ``K-r`` of those workers hit every one of them, so ``K-r`` pre-summed vectors of ``d/K``
-    values suffice (``(K-1)/K`` at ``r = 1``, the plain reduce-scatter; see
-    :func:`~dcoded.coding.placement.summed_plan`). Each has one receiver, so the multicast and
-    unicast counts are equal. CDC does not exploit summation, which is why this is below the
-    coded shuffle's unicast count for most ``(K, r)``, and the least any scheme can give a
-    receiver on a switch.
-    """
-    K, r = n_workers, redundancy
-    check_layout(K, r)
-    return Load((K - r) / K, (K - r) / K)
-
-
-def hybrid_shuffle(n_workers: int, redundancy: int, m: int | None = None) -> Load:
-    """The hybrid shuffle at group size ``m + 1`` (default: :func:`~dcoded.coding.hybrid.best_m`),
-    exactly as its family and active pairs send (:mod:`dcoded.coding.hybrid`).
-
-    A worker multicasts one packet of ``(d/K)/m`` values per group where another member's
-    value is non-empty, and receives ``m`` such pieces, ``d/K`` values, per value of its own:
-    at most ``(m+1)·|𝒮|/(K² m)`` multicast and ``m`` times that unicast, equal when no
-    ``v(S, k)`` is empty. ``m = r`` is :func:`coded_shuffle`.
-
-    >>> hybrid_shuffle(6, 4)  # m = 2, four groups of three: 1/6 of d out, 1/3 in
-    Load(multicast=0.16666666666666666, unicast=0.3333333333333333)
-    """
-    K, r = n_workers, redundancy
-    check_layout(K, r)
-    if m is not None:
-        check_m(K, r, m)
-    p = profile(K, r, "hybrid", m)
-    return Load(float(p.egress_mean / K), float(p.ingress_mean / K))
+#: What this module gives (the schemes' own closed forms among them, each from its module).
+__all__ = [
+    "Load",
+    "allgather",
+    "coded_shuffle",
+    "cross_cluster_sum",
+    "exchange_table",
+    "hybrid_shuffle",
+    "load_table",
+    "parameter_server",
+    "ring_allreduce",
+    "shuffle",
+    "step_bounds",
+    "summed_shuffle",
+    "uncoded_shuffle",
+]
 
 
 def allgather(n_workers: int) -> Load:
@@ -123,15 +75,6 @@ def cross_cluster_sum(n_workers: int, group_size: int) -> Load:
     return Load(1 / group_size if m > 1 else 0.0, (m - 1) / group_size)
 
 
-#: The gradient exchanges of one placement (``coding.shuffle``).
-SCHEMES = {
-    "coded": coded_shuffle,
-    "uncoded": uncoded_shuffle,
-    "summed": summed_shuffle,
-    "hybrid": hybrid_shuffle,
-}
-
-
 def shuffle(
     n_workers: int,
     redundancy: int,
@@ -149,10 +92,7 @@ def shuffle(
     g = check_layout(n_workers, redundancy, group_size)
     if scheme not in SCHEMES:
         raise ValueError(f"shuffle scheme {scheme!r} is not known: choose one of {tuple(SCHEMES)}")
-    if scheme == "hybrid":
-        inner = hybrid_shuffle(g, redundancy, hybrid_m)
-    else:
-        inner = SCHEMES[scheme](g, redundancy)
+    inner = SCHEMES[scheme].load(g, redundancy, hybrid_m)
     extra = cross_cluster_sum(n_workers, g)
     return Load(inner.multicast + extra.multicast, inner.unicast + extra.unicast)
 

@@ -19,52 +19,24 @@ from __future__ import annotations
 import numpy as np
 
 from dcoded.coding.hybrid import HybridPlan, best_m, hybrid_plan
-from dcoded.coding.placement import Placement, label_without, summed_plan, uncoded_sender
-
-#: The gradient exchanges of ``cdc`` (``coding.shuffle``), each a way to send the step's
-#: messages: XOR-coded packets, the values whole, pre-summed values, or hybrid packets of sums.
-SHUFFLES = ("coded", "uncoded", "summed", "hybrid")
-
-
-def plan_of(p: Placement, group: tuple) -> HybridPlan:
-    """The hybrid plan a ``hyb`` tag belongs to: groups of ``m + 1`` workers."""
-    return hybrid_plan(p.g, p.redundancy, len(group) - 1)
+from dcoded.coding.placement import Placement
+from dcoded.coding.shuffles import of_tag, scheme
 
 
 def shuffle_sends(
     p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
 ) -> list[tuple[tuple, list[int]]]:
     """``(tag, receivers)`` of every message the worker of local index ``local`` sends
-    (``plan``: the hybrid shuffle's, for ``shuffle="hybrid"``)."""
-    out = []
-    if shuffle == "hybrid":
-        return [(("hyb", group, local), ks) for group, ks in plan.sends(local)]
-    if shuffle == "summed":
-        for k in range(p.g):
-            if k != local and local in summed_plan(p.g, p.redundancy, k):
-                out.append((("sum", local, k), [k]))
-        return out
-    for group in p.groups_of(local):
-        if shuffle == "coded":
-            out.append((("pkt", group, local), [k for k in group if k != local]))
-        else:
-            out += [(("unc", group, k), [k]) for k in group if uncoded_sender(group, k) == local]
-    return out
+    (``plan``: the hybrid shuffle's, for ``shuffle="hybrid"``; see
+    :meth:`dcoded.coding.shuffles.Shuffle.sends`)."""
+    return scheme(shuffle).sends(p, local, plan)
 
 
 def shuffle_receives(
     p: Placement, shuffle: str, local: int, plan: HybridPlan | None = None
 ) -> list[tuple[tuple, int]]:
     """``(tag, sender)`` of every message the owner of segment ``local`` needs."""
-    if shuffle == "hybrid":
-        return [
-            (("hyb", group, j), j) for group in plan.values_for(local) for j in group if j != local
-        ]
-    if shuffle == "summed":
-        return [(("sum", j, local), j) for j in summed_plan(p.g, p.redundancy, local)]
-    if shuffle == "coded":
-        return [(("pkt", group, j), j) for group in p.groups_of(local) for j in group if j != local]
-    return [(("unc", group, local), uncoded_sender(group, local)) for group in p.groups_of(local)]
+    return scheme(shuffle).receives(p, local, plan)
 
 
 def message_values(p: Placement, tag: tuple) -> float:
@@ -128,7 +100,7 @@ def algorithm_messages(
     if algorithm in ("cdc", "serial"):
         p = Placement(K, redundancy, group_size)
         plan = None
-        if shuffle == "hybrid":  # hybrid_m None: the m of least load, as the engine picks it
+        if scheme(shuffle).needs_plan:  # hybrid_m None: the m of least load, as the engine picks
             plan = hybrid_plan(p.g, p.redundancy, hybrid_m or best_m(p.g, p.redundancy))
         return step_messages(p, shuffle, plan)
     if algorithm == "ddp":
@@ -143,25 +115,9 @@ def algorithm_messages(
 
 def message_needs(p: Placement, tag: tuple) -> set:
     """The sub-batches whose gradients the sender of message ``tag`` must have computed."""
-    kind = tag[0]
-    if kind == "pkt":
-        group, j = tag[1], tag[2]
-        return {label_without(group, k) for k in group if k != j}
-    if kind == "unc":
-        return {label_without(tag[1], tag[2])}
-    if kind == "hyb":
-        group, j = tag[1], tag[2]
-        plan = plan_of(p, group)
-        return {t for k in plan.receivers(group, j) for t in plan.charges[(group, k)]}
-    return set(summed_plan(p.g, p.redundancy, tag[2])[tag[1]])
+    return of_tag(tag).needs(p, tag)
 
 
 def sent_bytes(p: Placement, tag: tuple, message: np.ndarray) -> dict:
     """What a message moves: once (multicast), once per receiver (unicast)."""
-    if tag[0] == "pkt":
-        receivers = len(tag[1]) - 1
-    elif tag[0] == "hyb":
-        receivers = len(plan_of(p, tag[1]).receivers(tag[1], tag[2]))
-    else:
-        receivers = 1
-    return {"multicast": message.nbytes, "unicast": message.nbytes * receivers}
+    return {"multicast": message.nbytes, "unicast": message.nbytes * of_tag(tag).fanout(p, tag)}

@@ -38,18 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from math import comb
 
 import numpy as np
 
 from dcoded.coding.hybrid import HybridPlan
-from dcoded.coding.messages import shuffle_receives
-from dcoded.coding.placement import Placement, label_without, piece_slices, summed_plan
-
-#: A plain value an owner asks for: ``("g", T, lo, hi)`` the slice ``lo:hi`` of ``g_T`` (global
-#: parameter indices), or ``("v", S, j)`` piece ``j`` of the hybrid value ``v(S, k)`` of the
-#: owner ``k`` who asks (``j = -1``: the whole value).
-Request = tuple
+from dcoded.coding.placement import Placement, label_without, piece_slices
+from dcoded.coding.shuffles import Request, scheme
+from dcoded.coding.shuffles.base import whole
 
 
 def check_stragglers(s, p: Placement, shuffle: str, transport: str) -> int:
@@ -97,78 +92,12 @@ def backups(
     still waits for (from workers not late, or decodable). ``have``: the sub-batches its own
     map computed; ``arrived``: the tags of the messages it has."""
     seg = segments[k]
-    n = seg.stop - seg.start
-    out: list[Request] = []
-    awaited: list[tuple] = []
-
-    def whole(label):
-        out.append(("g", label, seg.start, seg.stop))
-
-    for label in p.sub_batches:
-        if k in label and label not in have:
-            whole(label)
-    receives = shuffle_receives(p, shuffle, k, plan)
-    if shuffle == "summed":
-        parts = summed_plan(p.g, p.redundancy, k)
-        for tag, j in receives:
-            if tag in arrived:
-                continue
-            if j in late:
-                for label in parts[j]:
-                    whole(label)
-            else:
-                awaited.append(tag)
-    elif shuffle == "uncoded":
-        for tag, j in receives:
-            if tag in arrived:
-                continue
-            if j in late:
-                whole(label_without(tag[1], k))
-            else:
-                awaited.append(tag)
-    elif shuffle == "coded":
-        for group in p.groups_of(k):
-            label = label_without(group, k)
-            pieces = piece_slices(n, len(group) - 1)
-            for i, j in enumerate(label):
-                tag = ("pkt", group, j)
-                # decoding P(S, j) takes k's own v(S, k'), k' in S∖{j, k}
-                usable = all(label_without(group, x) in have for x in label if x != j)
-                if usable and tag in arrived:
-                    continue
-                if usable and j not in late:
-                    awaited.append(tag)
-                    continue
-                out.append(("g", label, seg.start + pieces[i].start, seg.start + pieces[i].stop))
-    elif shuffle == "hybrid":
-        for group in plan.values_for(k):
-            label = label_without(group, k)
-            plain = []
-            for j in label:
-                tag = ("hyb", group, j)
-                usable = all(
-                    set(plan.charges[(group, x)]) <= have
-                    for x in plan.active(group)
-                    if x not in (j, k)
-                )
-                if usable and tag in arrived:
-                    continue
-                if usable and j not in late:
-                    awaited.append(tag)
-                    continue
-                plain.append(j)
-            if not plain:
-                continue
-            if not set(label) - late:  # no member of S∖{k} to sum it: its terms, folded here
-                for t in plan.charges[(group, k)]:
-                    whole(t)
-            elif len(plain) == len(label):
-                out.append(("v", group, -1))
-            else:
-                out += [("v", group, j) for j in plain]
-    else:
-        raise ValueError(f"shuffle {shuffle!r} has no straggler-tolerant delivery")
-    return out, awaited
+    # its own terms its (abandoned) map did not compute, then what the scheme's messages need
+    out: list[Request] = [
+        whole(label, seg) for label in p.sub_batches if k in label and label not in have
+    ]
+    wanted, awaited = scheme(shuffle).requests(p, k, seg, have, late, arrived, plan)
+    return out + wanted, awaited
 
 
 def holder(request: Request, k: int, done: Iterable[int]) -> int | None:
@@ -242,44 +171,5 @@ def backup_bound(p: Placement, shuffle: str, plan: HybridPlan | None, late: set)
     >>> backup_bound(p, "coded", None, {1})  # owner 1: C(3,2)/4 + C(3,3)/4; three owners: 1/12 each
     Fraction(5, 4)
     """
-    g, r = p.g, p.redundancy
-    total = Fraction(0)
-    for k in range(g):
-        if shuffle == "hybrid":
-            for group in plan.values_for(k):
-                label = set(label_without(group, k))
-                # a late owner decodes no packet that XORs in a value of a third member
-                plain = {
-                    j
-                    for j in label
-                    if j in late or (k in late and set(plan.active(group)) - {j, k})
-                }
-                if label <= late:  # nobody left to sum it: its terms
-                    total += Fraction(len(plan.charges[(group, k)]), g)
-                elif plain == label:  # the value whole
-                    total += Fraction(1, g)
-                else:  # the pieces it cannot have from their packets
-                    total += Fraction(len(plain), g * (len(group) - 1))
-            if k in late:
-                total += Fraction(comb(g - 1, r - 1), g)
-            continue
-        receives = shuffle_receives(p, shuffle, k, plan)
-        if k in late:
-            total += Fraction(comb(g - 1, r - 1), g)
-            if shuffle == "coded":  # undecodable: every value whole
-                total += Fraction(comb(g - 1, r), g)
-                continue
-        for tag, j in receives:
-            if j in late:
-                if shuffle == "summed":
-                    total += Fraction(len(summed_plan(g, r, k)[j]), g)
-                else:
-                    total += _length(p, tag)
-    return total
-
-
-def _length(p: Placement, tag: tuple) -> Fraction:
-    """A message's length in units of ``d``, exactly."""
-    if tag[0] in ("pkt", "hyb"):
-        return Fraction(1, p.g * (len(tag[1]) - 1))
-    return Fraction(1, p.g)
+    shuffle_ = scheme(shuffle)
+    return sum((shuffle_.backup(p, k, late, plan) for k in range(p.g)), Fraction(0))

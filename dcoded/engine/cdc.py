@@ -24,16 +24,10 @@ import numpy as np
 
 from dcoded.checkpoint import concat_shards
 from dcoded.coding import (
-    charged_value,
-    encode_packet,
-    encode_values,
-    label_without,
-    piece_slices,
     sum_in_order,
-    summed_plan,
 )
-from dcoded.coding.codec import decode_piece, decode_value_piece
-from dcoded.coding.messages import plan_of, sent_bytes, shuffle_receives, shuffle_sends
+from dcoded.coding.messages import sent_bytes, shuffle_sends
+from dcoded.coding.shuffles import of_tag, scheme
 from dcoded.engine import registry
 from dcoded.engine.driver import (
     Clock,
@@ -105,22 +99,7 @@ def record_map(run_id: str, st: WorkerState, step: int, t0: float, loss, digests
 
 def payload(st: WorkerState, tag: tuple, grads: dict) -> np.ndarray:
     """The message ``tag`` (see :func:`shuffle_sends`) from this worker's own gradients."""
-    kind, p = tag[0], st.placement
-    if kind == "pkt":
-        return encode_packet(tag[1], st.local, grads, st.segments)
-    if kind == "unc":
-        group, k = tag[1], tag[2]
-        return grads[label_without(group, k)][st.segments[k]].copy()
-    if kind == "hyb":
-        group, plan = tag[1], plan_of(p, tag[1])
-        values = {
-            k: charged_value(plan, group, k, grads, st.segments)
-            for k in plan.receivers(group, st.local)
-        }
-        return encode_values(group, st.local, values)
-    k = tag[2]
-    plan = summed_plan(p.g, p.redundancy, k)[st.local]
-    return sum_in_order([grads[t][st.segments[k]] for t in plan])
+    return of_tag(tag).payload(st.placement, st.local, tag, grads, st.segments)
 
 
 def reduce_segment(st: WorkerState, grads: dict, received: dict, plain=None) -> np.ndarray:
@@ -143,60 +122,9 @@ def reduce_segment(st: WorkerState, grads: dict, received: dict, plain=None) -> 
     def term(t):  # g_T[k], computed here or sent plain
         return grads[t][seg] if t in grads else plain[("g", t, seg.start, seg.stop)]
 
-    own = [term(t) for t in p.sub_batches if k in t]
-    if st.spec.shuffle == "hybrid":
-        plan = st.spec.hybrid
-        values = []
-        for group in plan.values_for(k):
-            if ("v", group, -1) in plain:
-                values.append(plain[("v", group, -1)])
-                continue
-            charged = plan.charges[(group, k)]
-            if ("g", charged[0], seg.start, seg.stop) in plain:  # its terms, sent plain
-                values.append(sum_in_order([term(t) for t in charged]))
-                continue
-            known = {
-                i: charged_value(plan, group, i, grads, st.segments)
-                for i in plan.active(group)
-                if i != k and set(plan.charges[(group, i)]) <= grads.keys()
-            }
-            pieces = [
-                plain[("v", group, j)]
-                if ("v", group, j) in plain
-                else decode_value_piece(
-                    group, j, k, received[("hyb", group, j)], known, seg.stop - seg.start
-                )
-                for j in label_without(group, k)
-            ]
-            values.append(np.concatenate(pieces))
-        return sum_in_order(own + values)
-    if st.spec.shuffle == "summed":
-        parts = summed_plan(p.g, p.redundancy, k)
-        return sum_in_order(
-            own
-            + [
-                received[tag] if tag in received else sum_in_order([term(t) for t in parts[j]])
-                for tag, j in shuffle_receives(p, "summed", k)
-            ]
-        )
-    decoded = {}
-    for group in p.groups_of(k):
-        label = label_without(group, k)
-        if st.spec.shuffle == "coded":
-            pieces = piece_slices(seg.stop - seg.start, len(group) - 1)
-            value = []
-            for i, j in enumerate(label):
-                key = ("g", label, seg.start + pieces[i].start, seg.start + pieces[i].stop)
-                if key in plain:
-                    value.append(plain[key])
-                else:
-                    packet = received[("pkt", group, j)]
-                    value.append(decode_piece(group, j, k, packet, grads, st.segments))
-            decoded[label] = np.concatenate(value)
-        else:
-            tag = ("unc", group, k)
-            decoded[label] = received[tag] if tag in received else term(label)
-    return sum_in_order([term(t) if k in t else decoded[t] for t in p.sub_batches])
+    return scheme(st.spec.shuffle).reduce(
+        p, k, st.segments, grads, received, plain, term, st.spec.hybrid
+    )
 
 
 def update_segment(st: WorkerState, reduced: list[np.ndarray]) -> np.ndarray:
@@ -346,7 +274,7 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
         maps[j] = submit(cdc_map, j, "map", *owners)
 
     received: dict[int, dict] = {k: {} for k in range(K)}
-    kind = {"coded": "pkt", "uncoded": "unc", "summed": "sum", "hybrid": "hyb"}[spec.shuffle]
+    kind = scheme(spec.shuffle).kind
     plan = spec.hybrid
     for c in range(p.n_clusters):
         for j in range(p.g):

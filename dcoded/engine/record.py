@@ -33,14 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dcoded import files
+from dcoded.coding.shuffles import KINDS
 from dcoded.engine.registry import parse_key
 from dcoded.errors import ReplicaMismatch
 from dcoded.interrupt import signals_deferred
 from dcoded.results import PHASES
 
 BYTE_FIELDS = ("multicast", "unicast", "params", "dask", "direct")
-#: Dask keys of the gradient exchange and of the parameter distribution, by kind.
-SHUFFLE_KINDS = frozenset({"pkt", "unc", "sum", "hyb", "red", "grad"})
+#: Dask keys of the gradient exchange (every shuffle's messages, the cross-cluster sum and the
+#: parameter server's gradients) and of the parameter distribution, by kind.
+SHUFFLE_KINDS = frozenset({*KINDS, "red", "grad"})
 PARAM_KINDS = frozenset({"seg"})
 
 HISTORY_COLUMNS = [

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
-from dcoded.coding import HybridPlan, Placement, sum_in_order, summed_plan
+from dcoded.coding import HybridPlan, Placement, sum_in_order
+from dcoded.coding.shuffles import scheme
 from dcoded.engine.driver import Clock, Context, after_step
 from dcoded.optim import SegmentOptimizer
 
@@ -28,18 +29,7 @@ def reduce_in_order(
     ``g_T[k]``, then each non-empty ``v(S, k)`` in family order, each the sum of its charged
     ``g_T[k]`` in lexicographic order of ``T`` (no codec: the true gradients).
     """
-    if shuffle == "hybrid":
-        own = [grads[t][seg] for t in p.sub_batches if k in t]
-        parts = [
-            sum_in_order([grads[t][seg] for t in plan.charges[(group, k)]])
-            for group in plan.values_for(k)
-        ]
-        return sum_in_order(own + parts)
-    if shuffle != "summed":
-        return sum_in_order([grads[t][seg] for t in p.sub_batches])
-    own = [grads[t][seg] for t in p.sub_batches if k in t]
-    plan = summed_plan(p.g, p.redundancy, k)
-    return sum_in_order(own + [sum_in_order([grads[t][seg] for t in ts]) for ts in plan.values()])
+    return scheme(shuffle).reference(p, k, grads, seg, plan)
 
 
 def train_serial(ctx: Context) -> np.ndarray:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from dcoded.coding import HybridPlan, Placement, hybrid_plan
+from dcoded.coding.shuffles import scheme
 
 #: How ``cdc``'s packets and segments travel (``transport``).
 TRANSPORTS = ("dask", "direct", "multicast")
@@ -73,7 +74,7 @@ class RunSpec:
     @property
     def hybrid(self) -> HybridPlan | None:
         """The hybrid shuffle's family and charges (one cluster), or ``None``."""
-        if self.shuffle != "hybrid":
+        if not scheme(self.shuffle).needs_plan:
             return None
         p = self.placement
         return hybrid_plan(p.g, self.redundancy, self.hybrid_m)

@@ -53,6 +53,7 @@ from pathlib import Path
 from dcoded import files
 from dcoded.coding.messages import algorithm_messages
 from dcoded.coding.placement import check_layout
+from dcoded.coding.shuffles import scheme
 from dcoded.errors import ConfigError
 from dcoded.topology import TOPOLOGIES, Shape
 from dcoded.topology import check as check_shape
@@ -312,15 +313,9 @@ def check(s: Scenario) -> None:
             f"batch_size={s.batch_size} is too small for r={s.redundancy}, g={g}, K={K}: it must "
             f"be >= {need:,} ({K // g} cluster(s) x C({g},{s.redundancy}) sub-batches)"
         )
-    if s.shuffle == "hybrid":
-        from dcoded.coding.hybrid import best_m, cached
-
-        m = s.hybrid_m or best_m(g, s.redundancy)
-        if not cached(g, s.redundancy, m):
-            raise ImpossibleLayout(
-                f"no hybrid family is tabulated for g={g}, r={s.redundancy}, m={m} "
-                "(python -m dcoded.coding.covering extends the table)"
-            )
+    why = scheme(s.shuffle).check(g, s.redundancy, s.hybrid_m)
+    if why:
+        raise ImpossibleLayout(why)
 
 
 def n_messages(s: Scenario) -> int:
@@ -339,12 +334,9 @@ def _message_counts(algorithm, K, r, g, shuffle, hybrid_m) -> tuple[int, int]:
     """``(multicast, unicast)``: the busiest worker's sent plus received messages, a
     multicast sent once, a unicast once per receiver."""
     if _uses_closed_form(Scenario(algorithm, K, 1, 1, 1.0, r, g, shuffle, hybrid_m)):
-        # one symmetric cluster: coded (and hybrid, which is CDC's there), one packet per
-        # group of r + 1 it is in, to r others, and as many in; uncoded, C(K-1, r) values out
-        # and in; summed (and r = 1), one message to each of K - r owners; then its segment
-        # to the K - 1 others, and theirs back
-        inner = math.comb(K - 1, r) if shuffle != "summed" and r > 1 else K - r
-        fan = r if shuffle in ("coded", "hybrid") and r > 1 else 1
+        # one symmetric cluster: the shuffle's messages a worker sends (as many in), each to
+        # ``fan`` others; then its segment to the K - 1 others, and theirs back
+        inner, fan = scheme(shuffle).symmetric(K, r, hybrid_m)
         return inner + inner * fan + 1 + (K - 1), inner * fan * 2 + 2 * (K - 1)
     sent_m, sent_u, got = [0] * (K + 1), [0] * (K + 1), [0] * (K + 1)
     for messages in algorithm_messages(algorithm, K, r, g, shuffle, hybrid_m).values():
@@ -363,10 +355,7 @@ def _enumerated_size(algorithm, K, r, g, shuffle) -> int:
     if algorithm not in ("cdc", "serial"):
         return 2 * K
     g = g or K
-    if shuffle == "summed":  # planning who sends which sum costs about g^3
-        per_cluster = g**3
-    else:
-        per_cluster = math.comb(g, min(r + 1, g)) * (r + 1) * r
+    per_cluster = scheme(shuffle).enumeration_cost(g, r)
     return (K // g) * (per_cluster + g * g) + K * (K // g)
 
 
@@ -416,7 +405,7 @@ def _closed_form_loads(K, r, shuffle, m, multicast, shape) -> list[dict]:
         levels.append((shape.rack_size, "up", "down"))
     if shape.kind == "fattree":
         levels.append((shape.rack_size * shape.pod_racks, "pod_up", "pod_down"))
-    fan_shuffle = r if shuffle == "coded" else (m or 1) if shuffle == "hybrid" else 1
+    fan_shuffle = scheme(shuffle).symmetric(K, r, m)[1]
     out = []
     for load, fan in (
         (closed.shuffle(K, r, K, shuffle, m), fan_shuffle),

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dcoded import files
-from dcoded.coding.messages import SHUFFLES
+from dcoded.coding.shuffles import SHUFFLES
 from dcoded.errors import DcodedError
 from dcoded.predict import (
     CALIBRATION_FILE,
