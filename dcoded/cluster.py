@@ -21,6 +21,7 @@ from distributed.security import Security
 from distributed.utils import get_mp_context
 
 from dcoded.errors import ClusterError
+from dcoded.health import known_workers
 from dcoded.interrupt import signals_deferred
 
 CLUSTER_KINDS = ("local", "address", "netem")
@@ -259,9 +260,7 @@ def kept_cluster(cfg: Mapping, n_workers: int) -> Session:
     if _KEPT.get("key") == key:
         session = _KEPT["session"]
         try:  # the same workers (a recovery's replacement has another address)
-            now = session.client.sync(
-                session.client.scheduler.identity, n_workers=-1, callback_timeout=10
-            )["workers"]
+            now = known_workers(session.client, 10)
             alive = sorted(now)[:n_workers] == session.workers
         except Exception:
             alive = False
@@ -332,11 +331,11 @@ def _first_workers(client: Client, n_workers: int, timeout: float, where: str) -
     try:
         client.wait_for_workers(n_workers, timeout=timeout)
     except TimeoutError:
-        have = len(client.scheduler_info()["workers"])
+        have = len(known_workers(client, timeout))
         raise ClusterError(
             f"{where} has {have} worker(s) after {timeout} s, cluster.n_workers={n_workers} needed"
         ) from None
-    return sorted(client.scheduler_info()["workers"])[:n_workers]
+    return sorted(known_workers(client, timeout))[:n_workers]
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from dcoded.cluster import available_cores
 from dcoded.data import DatasetError, dataset_files
+from dcoded.health import known_workers
 
 
 def worker_facts(dataset: Mapping) -> dict:
@@ -41,7 +42,7 @@ def check_workers(client, workers: list[str], dataset: Mapping) -> dict[str, dic
     :class:`~dcoded.data.DatasetError` naming every worker (and its host) that cannot read
     the data."""
     replies = client.run(worker_facts, dict(dataset), workers=workers)
-    threads = client.scheduler_info()["workers"]
+    threads = known_workers(client)
     cannot = {w: f for w, f in replies.items() if f["unreadable"]}
     if cannot:
         who = ", ".join(f"{w} (host {f['host']})" for w, f in sorted(cannot.items()))

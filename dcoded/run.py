@@ -10,7 +10,6 @@ that way.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import datetime as dt
 import inspect
@@ -20,7 +19,6 @@ import math
 import signal
 import sys
 import tempfile
-import threading
 import time
 import types
 from collections.abc import Mapping
@@ -29,12 +27,13 @@ from pathlib import Path
 from dcoded import files, loggers, netem, scale
 from dcoded.cluster import attach_cluster, close_kept_cluster, kept_cluster, open_cluster
 from dcoded.config import build_spec, plain
-from dcoded.engine import registry, straggle, trainer
-from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context, Progress
+from dcoded.engine import straggle, trainer
+from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
+from dcoded.recovery import recover, replicas_dropped
 from dcoded.results import ERROR_FILE, read_history
 from dcoded.settings import leaves
 from dcoded.summary import make_summary, write_outputs, write_summary
@@ -143,7 +142,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
             with (
                 _dask_logs_into(run_dir),
                 session_cm as session,
-                _replicas_dropped(session.client, run_ids),
+                replicas_dropped(session.client, run_ids),
             ):
                 if session.dashboard:
                     print(f"dashboard: {session.dashboard}")
@@ -327,172 +326,6 @@ def _dask_logs_into(run_dir: Path | None):
             logger = logging.getLogger(name)
             logger.handlers, logger.propagate = handlers, propagate
         handler.close()
-
-
-#: How long the end of a run (or of an attempt) waits for its workers to drop what they hold.
-TEARDOWN_WAIT_S = 10.0
-#: A recovery: how long the scheduler may take to notice a worker gone.
-LOSS_SEEN_S = 10.0
-
-
-def _teardown(client, run_ids, workers: list[str] | None = None) -> None:
-    """Drop the replicas, links and records of ``run_ids`` from ``workers`` (all) that answer
-    within :data:`TEARDOWN_WAIT_S` (a frozen worker never does); a step waiting on a link
-    wakes and ends."""
-
-    def teardown():
-        with contextlib.suppress(Exception):
-            for run_id in run_ids:
-                client.run(registry.teardown, run_id, workers=workers, on_error="ignore")
-
-    done = threading.Thread(target=teardown, daemon=True, name="dcoded teardown")
-    done.start()
-    done.join(TEARDOWN_WAIT_S)
-
-
-@contextlib.contextmanager
-def _replicas_dropped(client, run_ids: list[str]):
-    """On the way out, drop the run's replicas and records from the workers (they may serve
-    other runs), if the scheduler is still there: a dead one would hold ``client.run`` for its
-    whole connect timeout."""
-    lost: list[str] = []
-    try:
-        yield
-    except WorkerLost as e:
-        lost = e.workers  # a frozen one would hold the teardown for all its wait
-        raise
-    finally:
-        if client.status == "running":
-            others = None
-            if lost:
-                with contextlib.suppress(Exception):
-                    known = client.sync(
-                        client.scheduler.identity,
-                        n_workers=-1,
-                        callback_timeout=SCHEDULER_TIMEOUT_S,
-                    )["workers"]
-                    others = [w for w in known if w not in lost]
-            _teardown(client, run_ids, others)
-
-
-def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
-    """``train.on_worker_loss=continue``: the context of the same run resumed by hand from its
-    newest checkpoint (``train.resume``; from the start if it has none), on a worker that took
-    the lost one's place within ``train.replace_within_s`` or else on the workers left; or
-    the one line why it cannot go on (:class:`WorkerLost`)."""
-    began, began_unix, spec, client = time.monotonic(), time.time(), ctx.spec, ctx.client
-    lost = list(error.workers)
-    while not lost and client.status == "running" and time.monotonic() < began + LOSS_SEEN_S:
-        with contextlib.suppress(Exception):  # the scheduler may not have seen it go yet
-            lost = ctx.bounded("finding the lost worker", ctx.lost_workers)
-        if not lost:
-            time.sleep(0.5)
-    if not lost:  # the scheduler, or nothing known: nothing to go on with
-        raise error
-    survivors = [w for w in ctx.workers if w not in lost]
-    with contextlib.suppress(Exception):  # the steps done before the loss stay in history.csv
-        ctx.bounded(
-            "collecting", ctx.collect, "after the loss", survivors, check=ctx.check_connection
-        )
-    ctx.log.write_rows()  # every row of this attempt, before it is marked done again
-    last = ctx.log.last_written
-    failed_at = last + 1 if last is not None else ctx.start_step
-    _teardown(client, [spec.run_id], survivors)  # the attempt's tasks wake on their links
-    replaced, known = _replace(ctx, lost)
-    # a second loss while this one is mended: counted with it, not found by the next attempt
-    lost += [w for w in survivors if w not in known]
-    survivors = [w for w in survivors if w in known]
-    workers = survivors + replaced[: spec.n_workers - len(survivors)]
-    where = ctx.last_checkpoint.parent if ctx.last_checkpoint else cfg["train"].get("resume")
-    again = copy.deepcopy(dict(cfg))
-    again["train"] = {**cfg["train"], "resume": str(where) if where else None}
-    again["cluster"] = {**cfg["cluster"], "n_workers": len(workers)}
-    names = ", ".join(f"{w} (rank {ctx.workers.index(w)})" for w in lost)
-    try:
-        spec2, reference, resume = build_spec(again)
-    except ConfigError as e:
-        raise WorkerLost(
-            f"{error}; could not go on with the {len(workers)} worker(s) left (no worker took "
-            f"the place of {names} within train.replace_within_s={spec.replace_within_s:g}s): "
-            f"{e}"
-        ) from None
-    start = resume.step if resume else 0
-    history = ctx.log.history_file
-    history.mark_replayed(start)
-    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, None, history)
-    # the scale model's quotas stay raised as the probe found: the run goes on under them
-    spec2 = dataclasses.replace(spec2, host_quota_scale=spec.host_quota_scale)
-    log.compute_speed = ctx.log.compute_speed
-    if spec2.algorithm == "cdc":
-        log.peers = set(workers)
-    log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
-    reached = max(ctx.log.last_wall, ctx.log.wall_offset)  # offset included
-    log.wall_offset = reached + (time.monotonic() - began)
-    event = {
-        "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
-        "why": str(error),
-        "at_step": failed_at,
-        "resumed_from": start,
-        "steps_replayed": failed_at - start,
-        "replaced": len(workers) - len(survivors),
-        "layout": {
-            "n_workers": spec2.n_workers,
-            "redundancy": spec2.redundancy,
-            "group_size": spec2.placement.g,
-        },
-        "recovery_s": round(time.monotonic() - began, 3),  # until the new attempt starts
-        "to_next_step_s": None,  # until its first step is done (its first task's end)
-        "detected_unix": began_unix,
-    }
-    line = (
-        f"worker {names} lost at step {failed_at}; went on from "
-        f"{'the checkpoint at step ' + str(start) if resume else 'the start'} "
-        f"({failed_at - start} step(s) again) on {len(workers)} workers "
-        f"({event['replaced']} new), after {event['recovery_s']:.1f}s"
-    )
-    print(f"recovered: {line}", file=sys.stderr)
-    log.note(f"recovered: {line}")
-    log.recoveries.append(event)
-    log.recovering = (event, began)
-    if ctx.progress is not None:
-        ctx.progress.rewind(start)
-    out = Context(spec2, client, workers, log, reference, ctx.progress, resume, ctx.run_dir)
-    out.last_checkpoint = ctx.last_checkpoint
-    return out
-
-
-def _replace(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
-    """Workers that took the place of ``lost`` within ``train.replace_within_s`` (a local
-    cluster's nanny restarts a dead one; on ``cluster=address`` new ones may join), and every
-    worker the scheduler knows by then. A lost worker the scheduler still lists (frozen) is
-    killed by its nanny, which starts another in its place as after any death (asked to
-    restart it, the nanny would first wait 4 s for the stopped process to close itself)."""
-    client, spec = ctx.client, ctx.spec
-    known = lambda: ctx.bounded(  # noqa: E731
-        "asking the scheduler",
-        lambda: dict(client.scheduler_info(n_workers=-1)["workers"]),
-        check=ctx.check_connection,  # the lost ones are known to be gone
-    )
-    listed = known()
-    for w in [w for w in lost if w in listed]:
-        with contextlib.suppress(Exception):
-            ctx.bounded(
-                "killing a frozen worker",
-                client.run,
-                registry.kill_worker_process,
-                w,
-                workers=[w],
-                nanny=True,  # a worker without one is left out
-                on_error="ignore",
-                check=ctx.check_connection,
-            )
-    deadline = time.monotonic() + spec.replace_within_s
-    while True:
-        now = known()
-        fresh = sorted(w for w in now if w not in ctx.workers)
-        if len(fresh) >= len(lost) or time.monotonic() >= deadline:
-            return fresh, set(now)
-        time.sleep(0.5)
 
 
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:

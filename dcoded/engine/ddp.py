@@ -34,6 +34,7 @@ from hydra.utils import instantiate
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from dcoded import health
 from dcoded.coding import array_split_slices
 from dcoded.engine import registry
 from dcoded.engine.driver import (
@@ -103,24 +104,8 @@ def _unless_closed(closing: threading.Event, name: str, call, *args):
     connections stay open until the process ends. Its thread is left to gloo's timeout
     (``train.step_timeout_s``) while the task returns, so the worker is free for the next
     attempt's group."""
-    box: dict = {}
-    finished = threading.Event()
-
-    def target():
-        try:
-            box["value"] = call(*args)
-        except BaseException as e:  # handed to the task below
-            box["error"] = e
-        finally:
-            finished.set()
-
-    threading.Thread(target=target, daemon=True, name=name).start()
-    while not finished.wait(0.1):
-        if closing.is_set():
-            return CLOSED
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    value = health.in_thread(name, call, *args, watch=closing.is_set, poll_s=0.1)
+    return CLOSED if value is health.GAVE_UP else value
 
 
 class Group(_Closable):
@@ -319,12 +304,8 @@ def _lost_a_peer(ctx: Context, message: str, within_s: float = 10.0):
     """Raise :class:`WorkerLost` for a rank whose gloo lost its peer: the cluster's own
     account (the worker and its rank) once the scheduler has seen the worker go, waiting up
     to ``within_s`` for it to notice, else gloo's ``message``."""
-    deadline = time.monotonic() + within_s
-    while True:
-        ctx.check_cluster("ddp")
-        if time.monotonic() > deadline:
-            raise WorkerLost(f"ddp: a rank lost its peer ({message})")
-        time.sleep(0.5)
+    health.until(lambda: ctx.check_cluster("ddp"), within_s)  # raises once it sees the loss
+    raise WorkerLost(f"ddp: a rank lost its peer ({message})")
 
 
 #: A rank's task runs at most this many steps: between two, the driver evaluates the

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from distributed import wait
 
-from dcoded import checkpoint
+from dcoded import checkpoint, health
 from dcoded.data import steps_per_epoch
 from dcoded.engine import registry
 from dcoded.engine.record import WRITE_LAG, TrainingLog
@@ -116,33 +115,33 @@ class Context:
         Dask's own communication errors become :class:`WorkerLost`. ``check(what)`` replaces
         that health check (``asgd`` goes on when another worker is lost)."""
         check = check or self.check_cluster
-        box: dict = {}
-        done = threading.Event()
-
-        def target():
-            try:
-                box["value"] = call(*args, **kwargs)
-            except BaseException as e:  # handed to the caller below
-                box["error"] = e
-            finally:
-                done.set()
-
-        threading.Thread(target=target, daemon=True, name=f"dcoded {what}").start()
         deadline = time.monotonic() + self.spec.step_timeout_s
-        while not done.wait(POLL_S):
+
+        def watch() -> bool:
             check(what)
             if time.monotonic() > deadline:
                 raise StepTimeout(
                     f"{what} did not finish within train.step_timeout_s="
                     f"{self.spec.step_timeout_s:g}s"
                 )
-        if "error" in box:
-            error = box["error"]
-            if isinstance(error, OSError | TimeoutError | CancelledError):
-                check(what)
-                raise WorkerLost(f"{what}: {str(error).splitlines()[0]}") from None
-            raise error
-        return box["value"]
+            return False
+
+        failed: list[BaseException] = []  # the call's own error (not the watch's)
+
+        def guarded():
+            try:
+                return call(*args, **kwargs)
+            except BaseException as e:
+                failed.append(e)
+                raise
+
+        try:
+            return health.in_thread(f"dcoded {what}", guarded, watch=watch, poll_s=POLL_S)
+        except (OSError, TimeoutError, CancelledError) as error:
+            if not failed or error is not failed[0]:
+                raise
+            check(what)
+            raise WorkerLost(f"{what}: {str(error).splitlines()[0]}") from None
 
     def gather(self, futures, what: str):
         """Wait for ``futures`` (bounded, see :meth:`wait_all`), then fetch their results
@@ -161,12 +160,7 @@ class Context:
             return []
         # bounded: a dead scheduler would otherwise hold this call for the connect timeout
         # (under the scale model the scheduler is a throttled host: its answer is dilated too)
-        info = self.client.sync(
-            self.client.scheduler.identity,
-            n_workers=-1,
-            callback_timeout=SCHEDULER_TIMEOUT_S * self.spec.dilation,
-        )
-        known = info["workers"]
+        known = health.known_workers(self.client, SCHEDULER_TIMEOUT_S * self.spec.dilation)
         out = [(w, "was lost") for w in self.workers if w not in known]
         limit = frozen_after(self.log.median_step_s(), self.spec.dilation)
         seen = [known[w].get("last_seen") for w in self.workers if w in known]
