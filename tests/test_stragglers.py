@@ -34,6 +34,7 @@ from dcoded.coding.stragglers import (
     encode_requests,
     holder,
     length,
+    next_round,
     value_piece,
 )
 from dcoded.engine import straggle
@@ -398,3 +399,81 @@ def test_a_slow_worker_throttled_for_real_is_not_waited_for_on_netem(tmp_path, o
     assert s["throttles"]["1"]["how"] == "cgroup", s["throttles"]
     assert s["steps_not_waiting"] > 0 and s["abandoned"].get("1", 0) > 0, s
     assert set(straggle.CGROUP_ROOT.glob("dcoded-*")) <= before, "a cgroup was left behind"
+
+
+# ---------------------------------------------------------------- an owner's rounds, no Dask
+
+
+def test_an_owner_that_heard_every_worker_finish_waits_for_every_message():
+    p = Placement(4, 3)
+    segments = p.segments(40)
+    heard = dict.fromkeys(range(1, 4), "done")
+    move = next_round(p, "coded", None, 0, segments, set(p.held_by(0)), heard, set(), {})
+    assert move.on_time and not move.ask
+
+
+def test_an_owner_asks_the_lowest_finished_holder_once_and_never_waits_for_a_worker_that_gave_up():
+    p = Placement(4, 3)
+    segments = p.segments(40)
+    have = set(p.held_by(0))
+    heard = {1: "gave-up", 3: "done"}  # 2 has not finished yet
+    first = next_round(p, "coded", None, 0, segments, have, heard, set(), {})
+    assert not first.on_time and first.late == {1}
+    assert set(first.ask) == {3} and first.settled  # every value 1 did not send: 3 holds it
+    assert all(tag[2] != 1 for tag in first.awaited)  # P(S, 1) is not waited for
+    asked = {q: h for h, qs in first.ask.items() for q in qs}
+    heard[2] = "done"
+    again = next_round(p, "coded", None, 0, segments, have, heard, set(), asked)
+    assert again.ask == {} and again.settled  # asked once, even now that 2 (lower) is done
+
+
+def test_a_value_whose_holders_have_not_finished_is_asked_once_one_has():
+    """Owner 0 of K = 4, r = 2 summed: sender 1's part comes from holders of the sub-batches
+    charged to it; none finished, nothing is asked yet and the owner cannot reduce."""
+    p = Placement(4, 2)
+    segments = p.segments(40)
+    have = set(p.held_by(0))
+    waiting = next_round(p, "summed", None, 0, segments, have, {1: "gave-up"}, set(), {})
+    assert waiting.ask == {} and not waiting.settled
+    heard = {1: "gave-up", 2: "done", 3: "done"}
+    move = next_round(p, "summed", None, 0, segments, have, heard, set(), {})
+    assert move.settled and move.ask
+    assert all(h in (2, 3) and all(h in q[1] for q in qs) for h, qs in move.ask.items())
+
+
+def test_an_owner_whose_own_map_fell_behind_asks_for_the_terms_it_did_not_compute():
+    p = Placement(4, 2)
+    segments = p.segments(40)
+    own = p.held_by(0)
+    heard = dict.fromkeys(range(1, 4), "done")
+    move = next_round(p, "uncoded", None, 0, segments, set(own[:1]), heard, set(), {})
+    wanted = [q for qs in move.ask.values() for q in qs]
+    for t in own[1:]:
+        assert ("g", t, segments[0].start, segments[0].stop) in wanted
+
+
+@pytest.mark.parametrize(("K", "r", "shuffle", "m"), LAYOUTS)
+def test_over_rounds_every_plain_value_is_asked_once_of_a_finished_holder(K, r, shuffle, m):
+    """Workers finish or give up one at a time in a random order; the owner takes a round
+    after each: every request it ends with was asked exactly once, of a holder that had
+    finished by then, and it is settled once every worker was heard."""
+    p = Placement(K, r)
+    plan = hybrid_plan(K, r, m) if shuffle == "hybrid" else None
+    segments = p.segments(7 * K + 3)
+    rng = np.random.default_rng(K * 100 + r)
+    for late in [{j} for j in range(1, K)] + ([{1, 2}] if r > 2 else []):
+        k = 0
+        order = [int(j) for j in rng.permutation([j for j in range(K) if j != k])]
+        heard, asked, move = {}, {}, None
+        for j in order:
+            heard[j] = "gave-up" if j in late else "done"
+            done = {w for w, what in heard.items() if what == "done"}
+            move = next_round(p, shuffle, plan, k, segments, set(p.held_by(k)), heard, set(), asked)
+            for h, qs in move.ask.items():
+                assert h in done and h not in late
+                for q in qs:
+                    assert q not in asked, q
+                    asked[q] = h
+        assert move is not None and move.settled and move.late == late
+        requests, _ = backups(p, shuffle, plan, k, segments, set(p.held_by(k)), late, set())
+        assert set(asked) == set(requests)

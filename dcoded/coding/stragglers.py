@@ -36,7 +36,8 @@ owner whose map was abandoned asks for the plain piece of every packet it cannot
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -98,6 +99,57 @@ def backups(
     ]
     wanted, awaited = scheme(shuffle).requests(p, k, seg, have, late, arrived, plan)
     return out + wanted, awaited
+
+
+@dataclass(frozen=True)
+class Round:
+    """What owner ``k`` does next in a step that may not wait for every worker
+    (:func:`next_round`): ``on_time`` (everyone is: wait for every message, ask for nothing),
+    else whom it gives up on (``late``), the requests it asks each finished holder for now
+    (``ask``: holder -> requests, in the order it folds them), the tags it still waits for
+    from workers not late (``awaited``), and whether every request it needs has been asked
+    (``settled``: once the awaited messages and the replies are in, it can reduce)."""
+
+    on_time: bool
+    late: set = field(default_factory=set)
+    ask: dict = field(default_factory=dict)
+    awaited: list = field(default_factory=list)
+    settled: bool = False
+
+
+def next_round(
+    p: Placement,
+    shuffle: str,
+    plan: HybridPlan | None,
+    k: int,
+    segments: Sequence[slice],
+    have: set,
+    heard: Mapping[int, str],
+    arrived: set,
+    asked: Mapping[Request, int],
+) -> Round:
+    """Owner ``k``'s next move from what it has heard: ``heard`` (local index -> ``"done"`` or
+    ``"gave-up"``: the workers that finished their map, and those that fell behind and said
+    so), the tags ``arrived``, the sub-batches its own map computed (``have``; all it holds:
+    complete) and what it already ``asked`` (request -> holder). A worker that gave up is
+    never waited for; each value it did not send is asked once, of the lowest holder that has
+    finished (none finished yet: asked in a later round). Nothing here depends on timing, so
+    owners that heard different things still fold the same bits."""
+    done = {j for j, what in heard.items() if what == "done"}
+    late = {j for j, what in heard.items() if what == "gave-up"}
+    complete = len(have) == len(p.held_by(k))
+    if complete and not late and not asked:
+        return Round(on_time=True)
+    requests, awaited = backups(p, shuffle, plan, k, segments, have, late, arrived)
+    fresh: dict[int, list] = {}
+    now = dict(asked)
+    for request in requests:
+        h = holder(request, k, done)
+        if request not in now and h is not None:  # else: once a holder has finished
+            now[request] = h
+            fresh.setdefault(h, []).append(request)
+    settled = all(q in now for q in requests)
+    return Round(False, late, fresh, [t for t in awaited if t not in arrived], settled)
 
 
 def holder(request: Request, k: int, done: Iterable[int]) -> int | None:

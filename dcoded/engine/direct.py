@@ -32,11 +32,10 @@ from dcoded.checkpoint import concat_shards
 from dcoded.coding import charged_value
 from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
 from dcoded.coding.stragglers import (
-    backups,
     decode_requests,
     encode_requests,
-    holder,
     length,
+    next_round,
     value_piece,
 )
 from dcoded.engine import registry
@@ -140,124 +139,175 @@ def run_steps(run_id: str, rank: int, start: int, stop: int, *after) -> int:
 
 def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
     """Map, shuffle, reduce (and sum across clusters), update, all-gather: one CDC step."""
-    spec, p, rank = st.spec, st.placement, st.rank
-    c, me, timeout = st.cluster, st.local, spec.step_timeout_s
+    one = _Step(run_id, st, link, step)
+    grads, complete = one.map()
+    received, plain = one.shuffle(grads, complete)
+    segment = one.update(one.reduce(grads, received, plain))
+    one.all_gather(segment)
 
-    def peer(local: int) -> int:
-        return p.global_id(c, local)
 
-    def phase(name: str, start: float, **extra) -> float:
+class _Step:
+    """One rank's CDC step on its links, phase by phase, each phase recorded."""
+
+    def __init__(self, run_id: str, st: WorkerState, link: Link, step: int):
+        self.run_id, self.st, self.link, self.step = run_id, st, link, step
+        self.spec, self.p, self.rank = st.spec, st.placement, st.rank
+        self.c, self.me, self.timeout = st.cluster, st.local, st.spec.step_timeout_s
+        # each message leaves as soon as the sub-batches it needs are computed (with
+        # transport.overlap), so the network works while the map goes on
+        self.unsent = {
+            tag: (receivers, message_needs(self.p, tag))
+            for tag, receivers in shuffle_sends(
+                self.p, self.spec.shuffle, self.me, self.spec.hybrid
+            )
+        }
+        self.counts: dict[str, int] = defaultdict(int)
+        self.encoding = 0.0  # seconds spent making messages inside the map
+        self.began = time.monotonic()
+
+    def peer(self, local: int) -> int:
+        return self.p.global_id(self.c, local)
+
+    def phase(self, name: str, start: float, **extra) -> float:
         now = time.time()
-        record(run_id, step=step, rank=rank, phase=name, start=start, stop=now, **extra)
+        record(
+            self.run_id, step=self.step, rank=self.rank, phase=name, start=start, stop=now, **extra
+        )
         return now
 
-    def exchange(name: str, part: str, messages, expected) -> dict:
+    def exchange(self, name: str, part: str, messages, expected) -> dict:
         """Send, then wait for what this rank expects; record when it began to send and
         when it had everything (the driver times the exchange across ranks)."""
         start = time.time()
         if messages:
-            link.send(messages)
-        got = link.take(expected, timeout)
-        phase(name, start, exchange=part)
+            self.link.send(messages)
+        got = self.link.take(expected, self.timeout)
+        self.phase(name, start, exchange=part)
         return got
 
-    # each message leaves as soon as the sub-batches it needs are computed (with
-    # transport.overlap), so the network works while the map goes on
-    unsent = {
-        tag: (receivers, message_needs(p, tag))
-        for tag, receivers in shuffle_sends(p, spec.shuffle, me, spec.hybrid)
-    }
-    counts, encoding = defaultdict(int), [0.0]
-
-    def send_ready(grads: dict) -> None:
-        ready = [tag for tag, (_, needs) in unsent.items() if needs <= grads.keys()]
+    def send_ready(self, grads: dict) -> None:
+        ready = [tag for tag, (_, needs) in self.unsent.items() if needs <= grads.keys()]
         t = time.time()
         out = []
         for tag in ready:
-            receivers, _ = unsent.pop(tag)
-            message = payload(st, tag, grads)
-            for field, n in sent_bytes(p, tag, message).items():
-                counts[field] += n
-            out += [(peer(k), _key(step, *tag), tag[0], message) for k in receivers]
-        encoding[0] += time.time() - t
+            receivers, _ = self.unsent.pop(tag)
+            message = payload(self.st, tag, grads)
+            for field, n in sent_bytes(self.p, tag, message).items():
+                self.counts[field] += n
+            out += [(self.peer(k), _key(self.step, *tag), tag[0], message) for k in receivers]
+        self.encoding += time.time() - t
         if out:
-            link.send(out)
+            self.link.send(out)
 
-    t, began = time.time(), time.monotonic()
-    tolerant = spec.stragglers > 0
-    injector = Injector(spec, rank, step, st.throttle is not None)
-    stop, on_grad = None, send_ready if spec.overlap else None
-    link.begin(step)  # what comes of earlier steps is dropped (a late worker's, or a replay)
-    if tolerant:
-        stop, on_grad, judged = _give_up_rule(st, link, step, began, on_grad)
-    grads, loss, digests = map_grads(st, step, on_grad=on_grad, stop=stop, injector=injector)
-    if tolerant:
-        judged()
-    complete = len(grads) == len(p.held_by(me))
-    if complete and not spec.overlap:
-        send_ready(grads)
-    now = time.time()
-    if injector.active or tolerant:
+    def map(self) -> tuple[dict, bool]:
+        """``(grads, complete)``: this rank's sub-batch gradients (all it holds, unless it
+        gave up on its map as a straggler), their messages sent as each became ready."""
+        st, spec, step, rank = self.st, self.spec, self.step, self.rank
+        t = time.time()
+        tolerant = spec.stragglers > 0
+        injector = Injector(spec, rank, step, st.throttle is not None)
+        stop, on_grad = None, self.send_ready if spec.overlap else None
+        self.link.begin(step)  # what comes of earlier steps is dropped (a late one's, a replay)
+        if tolerant:
+            stop, on_grad, judged = _give_up_rule(st, self.link, step, self.began, on_grad)
+        grads, loss, digests = map_grads(st, step, on_grad=on_grad, stop=stop, injector=injector)
+        if tolerant:
+            judged()
+        complete = len(grads) == len(self.p.held_by(self.me))
+        if complete and not spec.overlap:
+            self.send_ready(grads)
+        now = time.time()
+        if injector.active or tolerant:
+            record(
+                self.run_id,
+                step=step,
+                rank=rank,
+                phase="straggle",
+                abandoned=not complete,
+                **injector.fields(),
+            )
+        record_map(self.run_id, st, step, t, loss, digests, stop=now - self.encoding)
         record(
-            run_id,
+            self.run_id,
             step=step,
             rank=rank,
-            phase="straggle",
-            abandoned=not complete,
-            **injector.fields(),
+            phase="encode",
+            start=now - self.encoding,
+            stop=now,
+            **self.counts,
         )
-    record_map(run_id, st, step, t, loss, digests, stop=now - encoding[0])
-    record(
-        run_id, step=step, rank=rank, phase="encode", start=now - encoding[0], stop=now, **counts
-    )
-    wanted = shuffle_receives(p, spec.shuffle, me, spec.hybrid)
-    plain = {}
-    if tolerant:
+        return grads, complete
+
+    def shuffle(self, grads: dict, complete: bool) -> tuple[dict, dict]:
+        """``(received, plain)``: the messages this owner needs, and (not waiting for the
+        stragglers) the plain values that replace what a late worker did not send."""
+        st, spec, step, rank, p = self.st, self.spec, self.step, self.rank, self.p
+        wanted = shuffle_receives(p, spec.shuffle, self.me, spec.hybrid)
+        if spec.stragglers <= 0:
+            expected = {_key(step, *tag): self.peer(j) for tag, j in wanted}
+            got = self.exchange("shuffle", "inner", [], expected)
+            return {tag: got[_key(step, *tag)] for tag, _ in wanted}, {}
         start = time.time()
         st.serving = (step, grads) if complete else None
-        took_us = min(int(1e6 * (time.monotonic() - began)), 2**32 - 1)
+        took_us = min(int(1e6 * (time.monotonic() - self.began)), 2**32 - 1)
         notice = np.array([took_us if complete else 0], np.uint32)  # how long the map took
         what = "done" if complete else "gave-up"
-        link.send(
-            [(peer(i), f"{step}/{what}/{rank}", "notice", notice) for i in range(p.g) if i != me]
+        self.link.send(
+            [
+                (self.peer(i), f"{step}/{what}/{rank}", "notice", notice)
+                for i in range(p.g)
+                if i != self.me
+            ]
         )
-        received, plain, late = _receive_tolerant(st, link, step, grads, wanted, timeout)
-        phase("shuffle", start, exchange="inner")
-        record(run_id, step=step, rank=rank, phase="tolerance", late=sorted(peer(j) for j in late))
-    else:
-        got = exchange("shuffle", "inner", [], {_key(step, *tag): peer(j) for tag, j in wanted})
-        received = {tag: got[_key(step, *tag)] for tag, _ in wanted}
+        received, plain, late = _receive_tolerant(st, self.link, step, grads, wanted, self.timeout)
+        self.phase("shuffle", start, exchange="inner")
+        record(
+            self.run_id,
+            step=step,
+            rank=rank,
+            phase="tolerance",
+            late=sorted(self.peer(j) for j in late),
+        )
+        return received, plain
 
-    t = time.time()
-    reduced = reduce_segment(st, grads, received, plain)
-    parts = [reduced]
-    if p.n_clusters > 1:  # the owners of this segment index in the other clusters
+    def reduce(self, grads: dict, received: dict, plain: dict) -> list[np.ndarray]:
+        """This owner's reduced segment of every cluster, in cluster order (its own reduced
+        here, the others' sent by the owners of the same segment index)."""
+        p, c, me, step = self.p, self.c, self.me, self.step
+        t = time.time()
+        reduced = reduce_segment(self.st, grads, received, plain)
+        if p.n_clusters == 1:
+            self.phase("decode", t)
+            return [reduced]
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
-        phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
-        got = exchange(
+        self.phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
+        got = self.exchange(
             "shuffle",
             "red",
             [(k, _key(step, "red", c), "red", reduced) for k in others],
             {_key(step, "red", o): k for k, o in others.items()},
         )
-        parts = [reduced if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
-    else:
-        phase("decode", t)
+        return [reduced if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
 
-    t = time.time()
-    segment = update_segment(st, parts)
-    phase("update", t, params=segment.nbytes * (p.g - 1))
+    def update(self, parts: list[np.ndarray]) -> np.ndarray:
+        t = time.time()
+        segment = update_segment(self.st, parts)
+        self.phase("update", t, params=segment.nbytes * (self.p.g - 1))
+        return segment
 
-    got = exchange(
-        "params",
-        "seg",
-        [(peer(i), _key(step, "seg", me), "seg", segment) for i in range(p.g) if i != me],
-        {_key(step, "seg", i): peer(i) for i in range(p.g) if i != me},
-    )
-    segments = [segment if i == me else got[_key(step, "seg", i)] for i in range(p.g)]
-    t = time.time()
-    st.replica.set_theta(np.concatenate(segments))
-    phase("update", t)  # installing θ for the next map
+    def all_gather(self, segment: np.ndarray) -> None:
+        """Send this owner's updated segment to the cluster, take theirs, install ``θ``."""
+        p, me, step = self.p, self.me, self.step
+        got = self.exchange(
+            "params",
+            "seg",
+            [(self.peer(i), _key(step, "seg", me), "seg", segment) for i in range(p.g) if i != me],
+            {_key(step, "seg", i): self.peer(i) for i in range(p.g) if i != me},
+        )
+        segments = [segment if i == me else got[_key(step, "seg", i)] for i in range(p.g)]
+        t = time.time()
+        self.st.replica.set_theta(np.concatenate(segments))
+        self.phase("update", t)  # installing θ for the next map
 
 
 # --------------------------------------------------------------------------- not waiting
@@ -336,7 +386,6 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
     depends on who was late, so owners that heard different things still agree to the bit."""
     spec, p, rank, me = st.spec, st.placement, st.rank, st.local
     c = st.cluster
-    complete = len(grads) == len(p.held_by(me))
     keys = {tag: _key(step, *tag) for tag, _ in wanted}
     senders = {keys[tag]: p.global_id(c, j) for tag, j in wanted}
     asked: dict[tuple, int] = {}  # request -> the holder asked
@@ -345,10 +394,11 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
     while True:
         version, box, notices = link.look(step)
         arrived = {tag for tag, key in keys.items() if key in box}
-        local = {p.local(r): what for r, (what, *_) in notices.items()}
-        done = {j for j, what in local.items() if what == "done"}
-        late = {j for j, what in local.items() if what == "gave-up"}
-        if complete and not late and not asked:
+        heard = {p.local(r): what for r, (what, *_) in notices.items()}
+        move = next_round(
+            p, spec.shuffle, spec.hybrid, me, st.segments, set(grads), heard, arrived, asked
+        )
+        if move.on_time:
             if len(arrived) == len(keys):
                 got = link.take({keys[t]: senders[keys[t]] for t in keys}, timeout)
                 return {tag: got[keys[tag]] for tag in keys}, {}, set()
@@ -362,25 +412,18 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
             link.nudge(missing)
             link.wait_change(version, min(link.poll_s, deadline - now))
             continue
-        requests, awaited = backups(
-            p, spec.shuffle, spec.hybrid, me, st.segments, set(grads), late, arrived
-        )
-        fresh: dict[int, list] = {}
-        for request in requests:
-            h = holder(request, me, done)
-            if request not in asked and h is not None:  # else: once a holder has finished
-                asked[request] = h
-                fresh.setdefault(h, []).append(request)
-        for h, rs in fresh.items():
+        late = move.late
+        for h, rs in move.ask.items():
+            asked.update(dict.fromkeys(rs, h))
             n = len(replies)
             replies[f"{step}/plain/{p.global_id(c, h)}/{rank}/{n}"] = (h, rs)
             ask = np.concatenate([[n], encode_requests(rs, p, spec.hybrid)]).astype(np.uint32)
             link.send([(p.global_id(c, h), f"{step}/ask/{rank}/{n}", "ask", ask)])
-        waiting_for = {keys[t]: senders[keys[t]] for t in awaited if t not in arrived}
+        waiting_for = {keys[t]: senders[keys[t]] for t in move.awaited}
         waiting_for.update(
             {key: p.global_id(c, h) for key, (h, _) in replies.items() if key not in box}
         )
-        if not waiting_for and all(q in asked for q in requests):
+        if not waiting_for and move.settled:
             break
         now = time.monotonic()
         if now > deadline:
