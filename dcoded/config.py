@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dcoded.checkpoint import Checkpoint, slice_state
 from dcoded.checkpoint import load as load_checkpoint
 from dcoded.cluster import check_cluster_config
-from dcoded.coding import Placement, best_m, check_layout, check_m, hybrid_plan
+from dcoded.coding import HybridPlan, Placement, best_m, check_layout, check_m, hybrid_plan
 from dcoded.coding.messages import step_messages
 from dcoded.coding.shuffles import SHUFFLES, scheme
 from dcoded.coding.stragglers import check_stragglers
@@ -185,7 +185,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     evaluator, and the serial/parameter-server model) and the checkpoint to resume from.
 
     The data is loaded first (the number of steps of ``train.epochs`` depends on it), then the
-    spec is built once. Raises :class:`~dcoded.errors.ConfigError`,
+    spec is built once, field by field (most of this function's length). Raises :class:`~dcoded.errors.ConfigError`,
     :class:`~dcoded.errors.DatasetError` or :class:`~dcoded.errors.CheckpointError`; starts
     nothing.
 
@@ -199,93 +199,24 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     """  # noqa: E501
     c = plain(cfg)
     check_settings(c)  # each leaf's type and range; what follows checks them together
-    algorithm = c.get("algorithm", {}).get("name")
-    if algorithm not in ALGORITHMS:
-        raise ConfigError(f"algorithm={algorithm!r} is not known: choose one of {ALGORITHMS}")
+    algorithm, shuffle, transport, notes, warnings = _choices(c)
     train, coding, cluster = c.get("train", {}), c.get("coding", {}), c.get("cluster", {})
+    transport_cfg, model = c.get("transport") or {}, c.get("model", {})
     n_workers = cluster.get("n_workers")
-    try:
-        check_cluster_config(cluster, n_workers)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    model = c.get("model", {})
-    if model.get("name") not in MODELS:
-        raise ConfigError(f"model={model.get('name')!r} is not known: choose one of {MODELS}")
-    shuffle = coding.get("shuffle", "coded")
-    if shuffle not in SHUFFLES:
-        raise ConfigError(f"coding.shuffle={shuffle!r} is not allowed: choose one of {SHUFFLES}")
-    transport_cfg = c.get("transport") or {}
-    transport = transport_cfg.get("name", "dask")
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
-    _check_tls(cluster, algorithm, transport)
-    notes, warnings = [], []
-    ignored = ignored_settings(c)
-    if ignored:
-        warnings.append(f"algorithm={algorithm} ignores {', '.join(ignored)}")
-    if algorithm != "cdc":  # only cdc's exchange has a choice; the others move through Dask
-        transport = "dask"
-    if transport == "multicast" and algorithm == "cdc":
-        transport, note = _multicast_or_fallback(cluster, transport_cfg)
-        notes += [note] if note else []
-    steps_per_task = transport_cfg.get("steps_per_task", 0)
     batch = train.get("batch_size")
     if batch is None:
         raise ConfigError("train.batch_size is not set: it must be an integer >= 1")
     uses_placement = algorithm in ("cdc", "serial")
-    r = coding.get("redundancy", 1) if uses_placement else 1
-    g = coding.get("group_size") if uses_placement else None
-    m, plan = None, None
-    try:
-        check_layout(n_workers, r, g, names=CONFIG_NAMES)
-        placement = Placement(n_workers, r, g)
-        if uses_placement:
-            _check_size(placement)
-        if uses_placement:
-            placement.check_batch(batch, names=CONFIG_NAMES)
-        if uses_placement and scheme(shuffle).needs_plan:
-            m = coding.get("hybrid_m")
-            if m is None:  # the least load for this (g, r), chosen by dcoded.coding
-                m = best_m(placement.g, r)
-            check_m(placement.g, r, m, names=CONFIG_NAMES)
-            plan = hybrid_plan(placement.g, r, m)  # the family is read or solved now
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    try:
-        straggle_cfg = straggle.check(c.get("straggle"), n_workers)
-        stragglers = coding.get("stragglers", 0) if algorithm == "cdc" else 0
-        if stragglers == "max":  # for sweeps: the most this layout and transport allow
-            stragglers = r - 1 if r < n_workers and transport != "dask" else 0
-        check_stragglers(stragglers, placement, shuffle, transport)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    placement, m, plan = _layout(coding, n_workers, batch, shuffle, uses_placement)
+    r, g = placement.redundancy, coding.get("group_size") if uses_placement else None
+    straggle_cfg, stragglers = _stragglers(c, algorithm, placement, shuffle, transport)
     grace = coding.get("straggler_grace", 1.0)
-    if straggle_cfg.get("model") == "slow" and cluster.get("kind") == "local":
-        straggle_cfg["cgroup"] = bool(cluster.get("processes", 1))
     paces, repair_after = None, REPAIR_AFTER_MS
     if transport == "multicast":
         paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
         repair_after = _repair_after_ms(cluster, transport_cfg)
-    if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
-        raise ConfigError(
-            "algorithm=ddp needs worker processes (one torch process group each): "
-            "set cluster.processes=true"
-        )
-    if not uses_placement and batch < n_workers:
-        raise ConfigError(
-            f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
-            f"it must be >= {n_workers} (B/K samples per worker)"
-        )
     optimizer = c.get("optimizer", {})
-    try:
-        check_optimizer(optimizer)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    dataset = absolute_path(c.get("dataset", {}))  # the workers may run in other folders
-    check_dataset(dataset)
-    n_train = len(cached_dataset(dataset).y_train)  # loads the data, once per process
-    if batch > n_train:
-        raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
+    dataset, n_train = _workers_and_data(c, algorithm, batch, uses_placement)
     # the scale model (on the emulated network, its driver is told the TDF): every timer that
     # stands for a network or compute time is multiplied by it, every rate divided
     tdf = float((cluster.get("scale") or {}).get("tdf", 1.0))
@@ -313,7 +244,7 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         replace_within_s=float(train.get("replace_within_s", 30)) * tdf,
         pipeline=bool(train.get("pipeline", True)),
         transport=transport,
-        steps_per_task=steps_per_task,
+        steps_per_task=transport_cfg.get("steps_per_task", 0),
         overlap=bool(transport_cfg.get("overlap", True)),
         pace_mbit=paces,
         test_drop=float(transport_cfg.get("test_drop") or 0.0),
@@ -329,30 +260,151 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
         dilation=tdf,
         extra={"notes": notes, "warnings": warnings, "config": _as_given(c)},
     )
+    reference = _reference(spec)
+    return spec, reference, _resume(train.get("resume"), spec, reference)
+
+
+def _choices(c: Mapping) -> tuple[str, str, str, list[str], list[str]]:
+    """``(algorithm, shuffle, transport, notes, warnings)``: the run's named choices, each
+    known, with the cluster and TLS they need; the transport is what the run will use
+    (``dask`` for all but cdc; multicast where a LAN allows it, else a note why not)."""
+    algorithm = c.get("algorithm", {}).get("name")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known: choose one of {ALGORITHMS}")
+    coding, cluster = c.get("coding", {}), c.get("cluster", {})
     try:
-        reference = Replica(spec)  # builds the model on the driver, on the data loaded above
+        check_cluster_config(cluster, cluster.get("n_workers"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    model = c.get("model", {})
+    if model.get("name") not in MODELS:
+        raise ConfigError(f"model={model.get('name')!r} is not known: choose one of {MODELS}")
+    shuffle = coding.get("shuffle", "coded")
+    if shuffle not in SHUFFLES:
+        raise ConfigError(f"coding.shuffle={shuffle!r} is not allowed: choose one of {SHUFFLES}")
+    transport_cfg = c.get("transport") or {}
+    transport = transport_cfg.get("name", "dask")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
+    _check_tls(cluster, algorithm, transport)
+    notes, warnings = [], []
+    ignored = ignored_settings(c)
+    if ignored:
+        warnings.append(f"algorithm={algorithm} ignores {', '.join(ignored)}")
+    if algorithm != "cdc":  # only cdc's exchange has a choice; the others move through Dask
+        transport = "dask"
+    if transport == "multicast" and algorithm == "cdc":
+        transport, note = _multicast_or_fallback(cluster, transport_cfg)
+        notes += [note] if note else []
+    return algorithm, shuffle, transport, notes, warnings
+
+
+def _layout(
+    coding: Mapping, n_workers: int, batch: int, shuffle: str, uses_placement: bool
+) -> tuple[Placement, int | None, HybridPlan | None]:
+    """The placement (``r = 1`` for an algorithm without one), checked against the batch, and
+    for a shuffle on a hybrid plan its ``m`` (the least load where not given) and plan."""
+    r = coding.get("redundancy", 1) if uses_placement else 1
+    g = coding.get("group_size") if uses_placement else None
+    m, plan = None, None
+    try:
+        check_layout(n_workers, r, g, names=CONFIG_NAMES)
+        placement = Placement(n_workers, r, g)
+        if uses_placement:
+            _check_size(placement)
+            placement.check_batch(batch, names=CONFIG_NAMES)
+        if uses_placement and scheme(shuffle).needs_plan:
+            m = coding.get("hybrid_m")
+            if m is None:  # the least load for this (g, r), chosen by dcoded.coding
+                m = best_m(placement.g, r)
+            check_m(placement.g, r, m, names=CONFIG_NAMES)
+            plan = hybrid_plan(placement.g, r, m)  # the family is read or solved now
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return placement, m, plan
+
+
+def _stragglers(
+    c: Mapping, algorithm: str, placement: Placement, shuffle: str, transport: str
+) -> tuple[dict, int]:
+    """``(straggle, stragglers)``: the injected stragglers (``straggle.*``) and how many
+    workers cdc does not wait for (``coding.stragglers``; ``max``: the most the layout and
+    transport allow), each checked."""
+    coding, cluster = c.get("coding", {}), c.get("cluster", {})
+    r, n_workers = placement.redundancy, placement.n_workers
+    try:
+        straggle_cfg = straggle.check(c.get("straggle"), n_workers)
+        stragglers = coding.get("stragglers", 0) if algorithm == "cdc" else 0
+        if stragglers == "max":  # for sweeps: the most this layout and transport allow
+            stragglers = r - 1 if r < n_workers and transport != "dask" else 0
+        check_stragglers(stragglers, placement, shuffle, transport)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if straggle_cfg.get("model") == "slow" and cluster.get("kind") == "local":
+        straggle_cfg["cgroup"] = bool(cluster.get("processes", 1))
+    return straggle_cfg, stragglers
+
+
+def _workers_and_data(
+    c: Mapping, algorithm: str, batch: int, uses_placement: bool
+) -> tuple[dict, int]:
+    """``(dataset, n_train)``: the dataset with absolute paths (the workers may run in other
+    folders), loaded once in this process, after the checks that need no data: DDP's worker
+    processes, a batch of at least one sample a worker, the optimizer."""
+    cluster, n_workers = c.get("cluster", {}), c.get("cluster", {}).get("n_workers")
+    if algorithm == "ddp" and cluster.get("kind") == "local" and not cluster.get("processes", 1):
+        raise ConfigError(
+            "algorithm=ddp needs worker processes (one torch process group each): "
+            "set cluster.processes=true"
+        )
+    if not uses_placement and batch < n_workers:
+        raise ConfigError(
+            f"train.batch_size={batch} is too small for {algorithm} with {n_workers} workers: "
+            f"it must be >= {n_workers} (B/K samples per worker)"
+        )
+    try:
+        check_optimizer(c.get("optimizer", {}))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    dataset = absolute_path(c.get("dataset", {}))
+    check_dataset(dataset)
+    n_train = len(cached_dataset(dataset).y_train)  # loads the data, once per process
+    if batch > n_train:
+        raise ConfigError(f"train.batch_size={batch} exceeds the {n_train} training samples")
+    return dataset, n_train
+
+
+def _reference(spec: RunSpec) -> Replica:
+    """The driver's own replica (the evaluator), on the data already loaded: a model that
+    does not fit the data's shape is a one-line error."""
+    try:
+        return Replica(spec)
     except DatasetError:
         raise
-    except (ValueError, RuntimeError) as e:  # a model that does not fit the data's shape
+    except (ValueError, RuntimeError) as e:
         msg = str(e).splitlines()[0]
         raise ConfigError(
-            f"model={model['name']} does not fit dataset={dataset.get('name')}: {msg}"
+            f"model={spec.model['name']} does not fit dataset={spec.dataset.get('name')}: {msg}"
         ) from None
-    resume = None
-    if train.get("resume"):
-        resume = load_checkpoint(train["resume"])
-        if len(resume.theta) != reference.n_params:
-            raise ConfigError(
-                f"train.resume={train['resume']}: the checkpoint has {len(resume.theta)} "
-                f"parameters, model={model['name']} here has {reference.n_params}"
-            )
-        _check_resume(resume, spec, train["resume"])
-        if resume.step >= spec.steps:
-            raise ConfigError(
-                f"train.resume={train['resume']}: the checkpoint is at step {resume.step}, "
-                f"train.steps={spec.steps}: nothing left to run (raise train.steps)"
-            )
-    return spec, reference, resume
+
+
+def _resume(where, spec: RunSpec, reference: Replica) -> Checkpoint | None:
+    """The checkpoint of ``train.resume`` (``None`` without one), checked against the run."""
+    if not where:
+        return None
+    resume = load_checkpoint(where)
+    if len(resume.theta) != reference.n_params:
+        raise ConfigError(
+            f"train.resume={where}: the checkpoint has {len(resume.theta)} "
+            f"parameters, model={spec.model['name']} here has {reference.n_params}"
+        )
+    _check_resume(resume, spec, where)
+    if resume.step >= spec.steps:
+        raise ConfigError(
+            f"train.resume={where}: the checkpoint is at step {resume.step}, "
+            f"train.steps={spec.steps}: nothing left to run (raise train.steps)"
+        )
+    return resume
 
 
 #: The most sub-batches (``C(g, r)``) and groups (``C(g, r + 1)``) a layout may have: every

@@ -97,28 +97,11 @@ def make_summary(
     d = reference.n_params
     last = rows[-1] if rows else {}
     times = log.time_medians(rows)
-    means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
-    if spec.algorithm == "ddp":  # gloo's packets are not visible: the buckets are (and wire)
-        means.update(multicast=None, unicast=None, params=None)
-    if spec.algorithm != "cdc":  # only cdc has a choice of transport
-        means.update(direct=None)
-    th = theory(spec, d)
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
     summary = {
         "status": status,
-        "algorithm": spec.algorithm,
-        "n_workers": spec.n_workers,
-        "redundancy": spec.redundancy if placed else None,
-        "group_size": spec.placement.g if placed else None,
-        "shuffle": spec.shuffle if placed else None,
-        "hybrid_m": spec.hybrid_m if placed else None,
-        "hybrid": spec.hybrid.summary() if placed and spec.hybrid else None,
-        "transport": spec.transport if spec.algorithm == "cdc" else None,
-        "bucket_cap_mb": spec.bucket_cap_mb if spec.algorithm == "ddp" else None,
-        "model": spec.model["name"],
-        "dataset": spec.dataset["name"],
-        "evaluated_on": "validation" if spec.dataset.get("validation") else "test",
+        **_layout(spec),
         "batch_size": spec.batch_size,
         "steps": spec.steps,
         "steps_done": last["step"] + 1 if rows else 0,
@@ -136,37 +119,7 @@ def make_summary(
             **step_spread(rows),
             **{p: times[p] for p in PHASES},
         },
-        "bytes_per_worker": {
-            "multicast": means["multicast"],
-            "unicast": means["unicast"],
-            "theory_multicast": th["multicast"],
-            "theory_unicast": th["unicast"],
-            "params": means["params"],
-            "theory_params": th["params"],
-            "dask_transfer": means["dask"],
-            "allreduced": (log.allreduced / spec.n_workers / max(len(rows), 1))
-            if spec.algorithm == "ddp"
-            else None,
-            "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
-            # what the run's transport moved: Dask transfers, or the direct links' messages
-            "transport": means["dask" if spec.transport == "dask" else "direct"]
-            if spec.algorithm == "cdc"
-            else None,
-            "transport_by_kind": log.by_kind_means(len(rows), spec.transport)
-            if rows and spec.algorithm == "cdc"
-            else {},
-            # coding.stragglers: the plain values sent in place of what late workers did not
-            # send, and the closed form's most for the steps that did not wait (per worker)
-            "backup": log.by_kind_means(len(rows), "direct").get("backup", 0.0)
-            if rows and spec.stragglers
-            else None,
-            "theory_backup": _theory_backup(spec, log, d, len(rows)) if spec.stragglers else None,
-            "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
-            "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
-            "control traffic and evaluation included (after a recovery: its last attempt's)"
-            if log.wire
-            else None,
-        },
+        "bytes_per_worker": _bytes(spec, log, rows, d),
         "param_sha256": param_sha256(theta) if theta is not None else None,
         "staleness_mean": float(np.mean(stale)) if stale else None,
         "repaired_datagrams": log.repairs["sent_again"] if spec.transport == "multicast" else None,
@@ -179,19 +132,7 @@ def make_summary(
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events) + _late(log),
         "recoveries": list(log.recoveries),
-        "environment": {
-            "cores": available_cores(),
-            "torch_threads": spec.torch_threads,
-            "cluster": cluster_info["kind"],
-            **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
-            "workers": cluster_info["workers"],
-            "per_worker": cluster_info.get("per_worker", {}),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "dask": dask.__version__,
-            "distributed": distributed.__version__,
-            "numpy": np.__version__,
-        },
+        "environment": _environment(spec, cluster_info),
         "started": started.isoformat(timespec="seconds"),
         "loop_unix_s": getattr(log, "loop_unix_s", None),
         "dcoded": code_version(),
@@ -202,6 +143,81 @@ def make_summary(
     if log.compute_speed:  # the scale model's: the emulated network completes the block
         summary["scale_model"] = {"compute": log.compute_speed}
     return summary
+
+
+def _layout(spec: RunSpec) -> dict:
+    """What ran: the algorithm and its layout (``None`` where it has none), model and data."""
+    placed = spec.algorithm in ("cdc", "serial")
+    return {
+        "algorithm": spec.algorithm,
+        "n_workers": spec.n_workers,
+        "redundancy": spec.redundancy if placed else None,
+        "group_size": spec.placement.g if placed else None,
+        "shuffle": spec.shuffle if placed else None,
+        "hybrid_m": spec.hybrid_m if placed else None,
+        "hybrid": spec.hybrid.summary() if placed and spec.hybrid else None,
+        "transport": spec.transport if spec.algorithm == "cdc" else None,
+        "bucket_cap_mb": spec.bucket_cap_mb if spec.algorithm == "ddp" else None,
+        "model": spec.model["name"],
+        "dataset": spec.dataset["name"],
+        "evaluated_on": "validation" if spec.dataset.get("validation") else "test",
+    }
+
+
+def _bytes(spec: RunSpec, log, rows: list[dict], d: int) -> dict:
+    """``bytes_per_worker``: what moved per worker per step, beside the closed forms."""
+    means = log.bytes_means(rows, exchanged=spec.algorithm != "serial")
+    if spec.algorithm == "ddp":  # gloo's packets are not visible: the buckets are (and wire)
+        means.update(multicast=None, unicast=None, params=None)
+    if spec.algorithm != "cdc":  # only cdc has a choice of transport
+        means.update(direct=None)
+    th = theory(spec, d)
+    cdc = spec.algorithm == "cdc"
+    return {
+        "multicast": means["multicast"],
+        "unicast": means["unicast"],
+        "theory_multicast": th["multicast"],
+        "theory_unicast": th["unicast"],
+        "params": means["params"],
+        "theory_params": th["params"],
+        "dask_transfer": means["dask"],
+        "allreduced": (log.allreduced / spec.n_workers / max(len(rows), 1))
+        if spec.algorithm == "ddp"
+        else None,
+        "dask_transfer_by_kind": log.by_kind_means(len(rows)) if rows else {},
+        # what the run's transport moved: Dask transfers, or the direct links' messages
+        "transport": means["dask" if spec.transport == "dask" else "direct"] if cdc else None,
+        "transport_by_kind": log.by_kind_means(len(rows), spec.transport) if rows and cdc else {},
+        # coding.stragglers: the plain values sent in place of what late workers did not
+        # send, and the closed form's most for the steps that did not wait (per worker)
+        "backup": log.by_kind_means(len(rows), "direct").get("backup", 0.0)
+        if rows and spec.stragglers
+        else None,
+        "theory_backup": _theory_backup(spec, log, d, len(rows)) if spec.stragglers else None,
+        "wire": (sum(log.wire) / len(log.wire) / max(len(rows), 1)) if log.wire else None,
+        "wire_note": "all bytes the worker interfaces sent in the training loop, Dask "
+        "control traffic and evaluation included (after a recovery: its last attempt's)"
+        if log.wire
+        else None,
+    }
+
+
+def _environment(spec: RunSpec, cluster_info: dict) -> dict:
+    """Where it ran: the cores, the cluster (and its emulated network), its workers, the
+    versions."""
+    return {
+        "cores": available_cores(),
+        "torch_threads": spec.torch_threads,
+        "cluster": cluster_info["kind"],
+        **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
+        "workers": cluster_info["workers"],
+        "per_worker": cluster_info.get("per_worker", {}),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "numpy": np.__version__,
+    }
 
 
 def _late(log) -> list[str]:
