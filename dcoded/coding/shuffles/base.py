@@ -149,6 +149,35 @@ class Shuffle:
         return f"<shuffle {self.name}>"
 
 
+def stand_ins(
+    shuffle: Shuffle,
+    p: Placement,
+    k: int,
+    late: set,
+    arrived: set,
+    plan: HybridPlan | None,
+    stand_in: Callable[[tuple, int], list[Request]],
+) -> tuple[list[Request], list[tuple]]:
+    """``(requests, awaited)`` of a scheme whose messages stand alone (each decodable by
+    itself): every message from a late sender not yet arrived replaced by ``stand_in(tag,
+    sender)``, every other one awaited."""
+    out: list[Request] = []
+    awaited: list[tuple] = []
+    for tag, j in shuffle.receives(p, k, plan):
+        if tag in arrived:
+            continue
+        if j in late:
+            out += stand_in(tag, j)
+        else:
+            awaited.append(tag)
+    return out, awaited
+
+
+def own_if_late(p: Placement, k: int, late: set) -> Fraction:
+    """What a late owner is sent of its own terms (``C(g-1, r-1)`` values of ``d/g``)."""
+    return Fraction(comb(p.g - 1, p.redundancy - 1), p.g) if k in late else Fraction(0)
+
+
 def own_terms(p: Placement, k: int, term: Callable[[tuple], np.ndarray]) -> list[np.ndarray]:
     """Owner ``k``'s own ``g_T[k]`` (``T ∋ k``), in lexicographic order of ``T``."""
     return [term(t) for t in p.sub_batches if k in t]

@@ -5,11 +5,10 @@ owner's lacking terms are split among ``g - r`` senders
 from __future__ import annotations
 
 from fractions import Fraction
-from math import comb
 
 from dcoded.coding.codec import sum_in_order
 from dcoded.coding.placement import check_layout, summed_plan
-from dcoded.coding.shuffles.base import Load, Shuffle, own_terms, whole
+from dcoded.coding.shuffles.base import Load, Shuffle, own_if_late, own_terms, stand_ins, whole
 
 
 def summed_shuffle(n_workers: int, redundancy: int) -> Load:
@@ -68,23 +67,17 @@ class Summed(Shuffle):
         )
 
     def requests(self, p, k, seg, have, late, arrived, plan=None):
-        out, awaited = [], []
         parts = summed_plan(p.g, p.redundancy, k)
-        for tag, j in self.receives(p, k, plan):
-            if tag in arrived:
-                continue
-            if j in late:
-                out += [whole(label, seg) for label in parts[j]]
-            else:
-                awaited.append(tag)
-        return out, awaited
+        return stand_ins(
+            self, p, k, late, arrived, plan, lambda tag, j: [whole(t, seg) for t in parts[j]]
+        )
 
     def backup(self, p, k, late, plan=None):
-        g, r = p.g, p.redundancy
-        total = Fraction(comb(g - 1, r - 1), g) if k in late else Fraction(0)
+        parts = summed_plan(p.g, p.redundancy, k)
+        total = own_if_late(p, k, late)
         for _, j in self.receives(p, k, plan):
             if j in late:
-                total += Fraction(len(summed_plan(g, r, k)[j]), g)
+                total += Fraction(len(parts[j]), p.g)
         return total
 
     def load(self, g, r, m=None):

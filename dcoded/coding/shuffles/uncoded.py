@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from math import comb
 
 from dcoded.coding.codec import sum_in_order
 from dcoded.coding.placement import check_layout, label_without, uncoded_sender
-from dcoded.coding.shuffles.base import Load, Shuffle, exact_length, whole
+from dcoded.coding.shuffles.base import Load, Shuffle, exact_length, own_if_late, stand_ins, whole
 
 
 def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
@@ -52,19 +51,12 @@ class Uncoded(Shuffle):
         return sum_in_order([grads[t][seg] for t in p.sub_batches])
 
     def requests(self, p, k, seg, have, late, arrived, plan=None):
-        out, awaited = [], []
-        for tag, j in self.receives(p, k, plan):
-            if tag in arrived:
-                continue
-            if j in late:
-                out.append(whole(label_without(tag[1], k), seg))
-            else:
-                awaited.append(tag)
-        return out, awaited
+        return stand_ins(
+            self, p, k, late, arrived, plan, lambda tag, j: [whole(label_without(tag[1], k), seg)]
+        )
 
     def backup(self, p, k, late, plan=None):
-        g, r = p.g, p.redundancy
-        total = Fraction(comb(g - 1, r - 1), g) if k in late else Fraction(0)
+        total = own_if_late(p, k, late)
         for tag, j in self.receives(p, k, plan):
             if j in late:
                 total += exact_length(p, tag)
