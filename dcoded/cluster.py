@@ -20,6 +20,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 from distributed.utils import get_mp_context
 
+from dcoded import files
 from dcoded.errors import ClusterError
 from dcoded.health import known_workers
 from dcoded.interrupt import signals_deferred
@@ -372,3 +373,48 @@ def _preload_forkserver() -> None:
 def _close(client: Client) -> None:
     with contextlib.suppress(Exception):
         client.close(timeout=CLOSE_TIMEOUT_S)
+
+
+#: The loggers of Dask and of what it runs on: while a run with a folder talks to its cluster,
+#: into the folder's ``dcoded.log`` instead of the console (a lost scheduler made 34 lines and
+#: two tracebacks there before the run's one line).
+DASK_LOGGERS = ("distributed", "distributed.client", "tornado", "asyncio")
+
+
+class _LogFile(logging.FileHandler):
+    """A log file opened (its folder made) at the first record only, through
+    :func:`dcoded.files.append`: a run that fails before anything is logged writes nothing."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return files.append(self.baseFilename)
+
+
+@contextlib.contextmanager
+def dask_logs_into(run_dir: Path | None):
+    """Send :data:`DASK_LOGGERS`' warnings and errors to ``run_dir/dcoded.log`` (appended to)
+    and nothing of them to the console, for the time of the block; nothing changes without a
+    folder."""
+    if run_dir is None:
+        yield
+        return
+    handler = _LogFile(run_dir / "dcoded.log")
+    handler.setLevel(logging.WARNING)  # what went wrong, not Dask's chatter of every connection
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    saved = {}
+    for name in DASK_LOGGERS:
+        logger = logging.getLogger(name)
+        saved[name] = (list(logger.handlers), logger.propagate)
+        console = [h for h in logger.handlers if type(h) is logging.StreamHandler]
+        logger.handlers = [h for h in logger.handlers if h not in console] + [handler]
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for name, (handlers, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()

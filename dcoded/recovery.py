@@ -1,6 +1,7 @@
-"""When a worker is lost: the run goes on (``train.on_worker_loss=continue``) from its newest
-checkpoint, on a worker that took the lost one's place or on the workers left; and whatever
-ends a run or an attempt, the workers drop what they held of it.
+"""Going on from a checkpoint: when a worker is lost (``train.on_worker_loss=continue``), on a
+worker that took the lost one's place or on the workers left; when a run is resumed by hand
+(``train.resume``), with the history before it and what it changed; and whatever ends a run
+or an attempt, the workers drop what they held of it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from dcoded import health
 from dcoded.config import build_spec
@@ -18,6 +20,8 @@ from dcoded.engine import registry
 from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context
 from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, WorkerLost
+from dcoded.results import read_history
+from dcoded.settings import leaves
 
 #: How long the end of a run (or of an attempt) waits for its workers to drop what they hold.
 TEARDOWN_WAIT_S = 10.0
@@ -182,3 +186,46 @@ def replace_lost(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
         if len(fresh) >= len(lost) or time.monotonic() >= deadline:
             return fresh, set(now)
         time.sleep(0.5)
+
+
+def earlier_history(where: str | Path, step: int) -> list[dict]:
+    """The rows of ``history.csv`` before ``step`` in the checkpoint's folder ``where`` (none
+    if it has no history): a resumed run's history.csv starts with them, so it holds every
+    step, also when it is written over the folder it resumed from."""
+    folder = Path(where).expanduser()
+    folder = folder if folder.is_dir() else folder.parent
+    if not (folder / "history.csv").is_file():
+        return []
+    rows = read_history(folder)
+    return [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < step]
+
+
+def resume_changes(resume, spec) -> str:
+    """What this run sets otherwise than the run that wrote the checkpoint (``old -> new``),
+    of the settings a resume may change; ``""`` if nothing."""
+    before = resume.meta.get("config")
+    if before is None:  # a checkpoint of an older dcoded: its few recorded settings
+        placed = resume.meta.get("algorithm") in ("cdc", "serial")
+        before = {
+            "algorithm": {"name": resume.meta.get("algorithm")},
+            "cluster": {"n_workers": resume.meta.get("n_workers")},
+            "coding": {"redundancy": resume.meta.get("redundancy") if placed else None},
+        }
+    now = dict(leaves(spec.extra.get("config") or {}))
+    skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.", "logger.")
+    diffs = [
+        f"{name} {old!r} -> {now.get(name)!r}"
+        for name, old in leaves(before)
+        if not name.startswith(skip) or name == "cluster.n_workers"
+        if old is not None and name in now and now[name] != old
+    ]
+    return ", ".join(diffs)
+
+
+def resume_hint(ctx: Context) -> str:
+    """Where a stopped run can go on from: its last checkpoint, or why there is none."""
+    if ctx.last_checkpoint is None:
+        if ctx.spec.checkpoint_every and ctx.run_dir is not None:
+            return "no checkpoint was written yet"
+        return "no checkpoint (set train.checkpoint_every to keep some)"
+    return f"last checkpoint {ctx.last_checkpoint}: continue with train.resume={ctx.run_dir}"

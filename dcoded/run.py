@@ -10,12 +10,9 @@ that way.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import inspect
 import json
-import logging
-import math
 import signal
 import sys
 import tempfile
@@ -25,7 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dcoded import files, loggers, netem, scale
-from dcoded.cluster import attach_cluster, close_kept_cluster, kept_cluster, open_cluster
+from dcoded.cluster import (
+    attach_cluster,
+    close_kept_cluster,
+    dask_logs_into,
+    kept_cluster,
+    open_cluster,
+)
 from dcoded.config import build_spec, plain
 from dcoded.engine import straggle, trainer
 from dcoded.engine.driver import Context, Progress
@@ -33,9 +36,14 @@ from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
 from dcoded.preflight import check_workers, cores_warning, thread_warning
-from dcoded.recovery import recover, replicas_dropped
-from dcoded.results import ERROR_FILE, read_history
-from dcoded.settings import leaves
+from dcoded.recovery import (
+    earlier_history,
+    recover,
+    replicas_dropped,
+    resume_changes,
+    resume_hint,
+)
+from dcoded.results import ERROR_FILE
 from dcoded.summary import make_summary, write_outputs, write_summary
 
 
@@ -89,19 +97,17 @@ def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
 
 
 def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> dict:
+    """One run: checked, its cluster opened (or joined), its attempts trained, its outputs
+    written. Longer than the rest because every way it can end (finished, a loss recovered or
+    not, a failure, Ctrl-C) is handled here in one nesting, in the order the cluster, the
+    replicas and the log must be let go: a refactor that split it made a frozen worker's run
+    hang for minutes."""
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
     if out_dir is not None and "given" not in c["cluster"]:  # the emulated driver's parent said it
         _say_if_replacing(Path(out_dir), c["train"].get("resume"))
     if c["cluster"]["kind"] == "netem":
-        if spec.algorithm == "serial":
-            raise ConfigError("algorithm=serial runs in one process: use cluster=local")
-        if client is not None:
-            raise ConfigError("cluster=netem builds its own cluster: do not pass a client")
-        netem.check_available()  # the driver re-runs inside the emulated network
-        run_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="dcn-"))
-        loggers.make(c, run_dir)  # its library, before the network: the driver there logs
-        return netem.run_netem(c, run_dir, reuse=reuse)
+        return _in_emulated_network(c, spec, out_dir, reuse, client)
     show = c.get("progress", True) if progress is None else progress
     run_dir = Path(out_dir) if out_dir is not None else None
     logger = loggers.make(c, run_dir)  # a missing library: one line, before any cluster
@@ -109,22 +115,8 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
     bar = Progress(spec.steps, spec.algorithm, initial=start) if show else None
     started, began = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     train_fn = trainer(spec.algorithm, spec.transport)
-    earlier = earlier_history(c["train"]["resume"], resume.step) if resume else []
-    history = loggers.LoggedHistory(run_dir / "history.csv" if run_dir else None, earlier, logger)
-    log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None, history=history)
+    history, log = _history_and_log(c, spec, resume, run_dir, logger)
     ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
-    if resume:
-        log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
-        changed = resume_changes(resume, spec)
-        if changed:
-            line = f"resumed with other settings than the checkpoint's run: {changed}"
-            print(f"note: {line}", file=sys.stderr)
-            log.note(line)
-    for note in spec.extra.get("notes", []):
-        log.note(note)
-    for warning in spec.extra.get("warnings", []):
-        print(f"warning: {warning}", file=sys.stderr)
-        log.note(warning)
     cluster_info: dict = {"kind": "none", "workers": []}
     failed = False
     logger.start(loggers.flat_params(spec.extra.get("config") or c))
@@ -140,7 +132,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
                 session_cm = open_cluster(c["cluster"], spec.n_workers)
             run_ids = [spec.run_id]  # one more for each recovery
             with (
-                _dask_logs_into(run_dir),
+                dask_logs_into(run_dir),
                 session_cm as session,
                 replicas_dropped(session.client, run_ids),
             ):
@@ -154,7 +146,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
                     # the scale model's quotas hold while the loop runs (start-up is not timed),
                     # corrected for how much slower this machine computes under them
                     given = c["cluster"].get("scale")
-                    ctx, quota_us = _speed_probe(ctx, given)
+                    ctx, quota_us = scale.speed_probe(ctx, given)
                     probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
                     wire0, losses0 = probe(), losses()
                     with scale.quotas_in_force(given, quota_us):
@@ -189,7 +181,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
             if isinstance(e, KeyboardInterrupt):
                 raise _interrupted(e, ctx, rows, cluster_info, started, began, logger) from None
         if isinstance(e, RunError):
-            raise type(e)(f"{e}; {_resume_hint(ctx)}") from None
+            raise type(e)(f"{e}; {resume_hint(ctx)}") from None
         raise
     finally:
         if bar is not None:
@@ -212,120 +204,39 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
     return summary
 
 
-def earlier_history(where: str | Path, step: int) -> list[dict]:
-    """The rows of ``history.csv`` before ``step`` in the checkpoint's folder ``where`` (none
-    if it has no history): a resumed run's history.csv starts with them, so it holds every
-    step, also when it is written over the folder it resumed from."""
-    folder = Path(where).expanduser()
-    folder = folder if folder.is_dir() else folder.parent
-    if not (folder / "history.csv").is_file():
-        return []
-    rows = read_history(folder)
-    return [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < step]
+def _in_emulated_network(c: dict, spec, out_dir, reuse: bool, client) -> dict:
+    """``cluster=netem``: the run's driver re-runs inside the emulated network, its summary
+    comes back from there."""
+    if spec.algorithm == "serial":
+        raise ConfigError("algorithm=serial runs in one process: use cluster=local")
+    if client is not None:
+        raise ConfigError("cluster=netem builds its own cluster: do not pass a client")
+    netem.check_available()
+    run_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="dcn-"))
+    loggers.make(c, run_dir)  # its library, before the network: the driver there logs
+    return netem.run_netem(c, run_dir, reuse=reuse)
 
 
-def resume_changes(resume, spec) -> str:
-    """What this run sets otherwise than the run that wrote the checkpoint (``old -> new``),
-    of the settings a resume may change; ``""`` if nothing."""
-    before = resume.meta.get("config")
-    if before is None:  # a checkpoint of an older dcoded: its few recorded settings
-        placed = resume.meta.get("algorithm") in ("cdc", "serial")
-        before = {
-            "algorithm": {"name": resume.meta.get("algorithm")},
-            "cluster": {"n_workers": resume.meta.get("n_workers")},
-            "coding": {"redundancy": resume.meta.get("redundancy") if placed else None},
-        }
-    now = dict(leaves(spec.extra.get("config") or {}))
-    skip = ("train.resume", "train.steps", "train.epochs", "progress", "cluster.", "logger.")
-    diffs = [
-        f"{name} {old!r} -> {now.get(name)!r}"
-        for name, old in leaves(before)
-        if not name.startswith(skip) or name == "cluster.n_workers"
-        if old is not None and name in now and now[name] != old
-    ]
-    return ", ".join(diffs)
-
-
-#: The loggers of Dask and of what it runs on: while a run with a folder talks to its cluster,
-#: into the folder's ``dcoded.log`` instead of the console (a lost scheduler made 34 lines and
-#: two tracebacks there before the run's one line).
-DASK_LOGGERS = ("distributed", "distributed.client", "tornado", "asyncio")
-
-
-class _LogFile(logging.FileHandler):
-    """A log file opened (its folder made) at the first record only, through
-    :func:`dcoded.files.append`: a run that fails before anything is logged writes nothing."""
-
-    def __init__(self, path: Path):
-        super().__init__(path, delay=True)
-
-    def _open(self):
-        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return files.append(self.baseFilename)
-
-
-def probe_samples(spec) -> tuple[int, int]:
-    """The samples of one worker's gradient call and its calls a step: a sub-batch for cdc
-    (``B`` over the clusters' ``C(g, r)`` sub-batches each), ``C(g - 1, r - 1)`` of them;
-    one call of ``B / K`` otherwise."""
-    p = spec.placement
-    if spec.algorithm == "cdc":
-        calls = p.n_clusters * p.n_sub_batches
-        return max(1, spec.batch_size // calls), math.comb(p.g - 1, p.redundancy - 1)
-    return max(1, spec.batch_size // spec.n_workers), 1
-
-
-def _speed_probe(ctx: Context, given: Mapping | None) -> tuple[Context, int | None]:
-    """Under the scale model (``given``), measure how fast the driver's replica computes one
-    worker's gradient call (a sub-batch for cdc, ``B / K`` samples otherwise) under its host's
-    quota (:func:`~dcoded.scale.measure_speed`): the context, its log holding the measure and
-    ``straggle=slow``'s quota scaled to match, and the corrected quota for every host."""
-    if not given or not given.get("probe_file"):
-        return ctx, None
-    spec = ctx.spec
-    samples, per_step = probe_samples(spec)
-    indices = ctx.reference.step_samples(ctx.start_step)[1][:samples]
-    speed = scale.measure_speed(
-        lambda: ctx.reference.grad_sum(indices), given["probe_file"], int(given["quota_us"])
-    )
-    quota_us = scale.corrected_quota(
-        given["quota_us"], given["period_us"], speed["speed"], given.get("host_cores", 1)
-    )
-    ctx.log.compute_speed = {
-        **speed,
-        "samples": samples,
-        "calls_per_step": per_step,
-        "quota_us_in_force": quota_us,
-    }
-    ctx.spec = dataclasses.replace(spec, host_quota_scale=quota_us / int(given["quota_us"]))
-    return ctx, quota_us
-
-
-@contextlib.contextmanager
-def _dask_logs_into(run_dir: Path | None):
-    """Send :data:`DASK_LOGGERS`' warnings and errors to ``run_dir/dcoded.log`` (appended to)
-    and nothing of them to the console, for the time of the block; nothing changes without a
-    folder."""
-    if run_dir is None:
-        yield
-        return
-    handler = _LogFile(run_dir / "dcoded.log")
-    handler.setLevel(logging.WARNING)  # what went wrong, not Dask's chatter of every connection
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    saved = {}
-    for name in DASK_LOGGERS:
-        logger = logging.getLogger(name)
-        saved[name] = (list(logger.handlers), logger.propagate)
-        console = [h for h in logger.handlers if type(h) is logging.StreamHandler]
-        logger.handlers = [h for h in logger.handlers if h not in console] + [handler]
-        logger.propagate = False
-    try:
-        yield
-    finally:
-        for name, (handlers, propagate) in saved.items():
-            logger = logging.getLogger(name)
-            logger.handlers, logger.propagate = handlers, propagate
-        handler.close()
+def _history_and_log(c: dict, spec, resume, run_dir: Path | None, logger):
+    """The run's ``history.csv`` (a resumed run's starts with the rows before it) and its
+    log, with what the run should say first: resumed from where, with which changes; the
+    config's notes and warnings."""
+    earlier = earlier_history(c["train"]["resume"], resume.step) if resume else []
+    history = loggers.LoggedHistory(run_dir / "history.csv" if run_dir else None, earlier, logger)
+    log = TrainingLog(spec.run_id, spec.n_workers, spec.batch_size, peers=None, history=history)
+    if resume:
+        log.note(f"resumed from {c['train']['resume']} at step {resume.step}")
+        changed = resume_changes(resume, spec)
+        if changed:
+            line = f"resumed with other settings than the checkpoint's run: {changed}"
+            print(f"note: {line}", file=sys.stderr)
+            log.note(line)
+    for note in spec.extra.get("notes", []):
+        log.note(note)
+    for warning in spec.extra.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+        log.note(warning)
+    return history, log
 
 
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
@@ -381,7 +292,7 @@ def _interrupted(
         if logger is not None:
             logger.finish(summary)
         line += f"; history.csv and summary.json are in {ctx.run_dir}"
-    return Interrupted(f"{line}; {_resume_hint(ctx)}", signum)
+    return Interrupted(f"{line}; {resume_hint(ctx)}", signum)
 
 
 def _last_collect(ctx: Context) -> None:
@@ -406,14 +317,6 @@ def _loss_probe(cluster: Mapping):
     if not cluster.get("namespaces"):
         return lambda: None
     return lambda: netem.loss_counters(cluster["namespaces"])
-
-
-def _resume_hint(ctx: Context) -> str:
-    if ctx.last_checkpoint is None:
-        if ctx.spec.checkpoint_every and ctx.run_dir is not None:
-            return "no checkpoint was written yet"
-        return "no checkpoint (set train.checkpoint_every to keep some)"
-    return f"last checkpoint {ctx.last_checkpoint}: continue with train.resume={ctx.run_dir}"
 
 
 def main(argv: list[str] | None = None) -> int:

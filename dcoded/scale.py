@@ -44,7 +44,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 #: The fraction of the machine's cores the hosts' quotas may add up to. The rest stays idle for
@@ -675,3 +675,40 @@ def undilated(times: Mapping, tdf: float) -> dict:
     {'total': 2.0, 'map': 0.1, 'process': None}
     """
     return {k: (v / tdf if isinstance(v, int | float) else v) for k, v in times.items()}
+
+
+def probe_samples(spec) -> tuple[int, int]:
+    """The samples of one worker's gradient call and its calls a step: a sub-batch for cdc
+    (``B`` over the clusters' ``C(g, r)`` sub-batches each), ``C(g - 1, r - 1)`` of them;
+    one call of ``B / K`` otherwise."""
+    p = spec.placement
+    if spec.algorithm == "cdc":
+        calls = p.n_clusters * p.n_sub_batches
+        return max(1, spec.batch_size // calls), math.comb(p.g - 1, p.redundancy - 1)
+    return max(1, spec.batch_size // spec.n_workers), 1
+
+
+def speed_probe(ctx, given: Mapping | None) -> tuple[object, int | None]:
+    """Under the scale model (``given``), measure how fast the driver's replica computes one
+    worker's gradient call (a sub-batch for cdc, ``B / K`` samples otherwise) under its host's
+    quota (:func:`~dcoded.scale.measure_speed`): the context, its log holding the measure and
+    ``straggle=slow``'s quota scaled to match, and the corrected quota for every host."""
+    if not given or not given.get("probe_file"):
+        return ctx, None
+    spec = ctx.spec
+    samples, per_step = probe_samples(spec)
+    indices = ctx.reference.step_samples(ctx.start_step)[1][:samples]
+    speed = measure_speed(
+        lambda: ctx.reference.grad_sum(indices), given["probe_file"], int(given["quota_us"])
+    )
+    quota_us = corrected_quota(
+        given["quota_us"], given["period_us"], speed["speed"], given.get("host_cores", 1)
+    )
+    ctx.log.compute_speed = {
+        **speed,
+        "samples": samples,
+        "calls_per_step": per_step,
+        "quota_us_in_force": quota_us,
+    }
+    ctx.spec = replace(spec, host_quota_scale=quota_us / int(given["quota_us"]))
+    return ctx, quota_us

@@ -278,10 +278,10 @@ def test_the_probe_times_one_workers_gradient_call_and_only_under_the_scale_mode
             want = (first.stop - first.start, sum(0 in t for t in p.sub_batches))
         else:
             want = (240 // spec.n_workers, 1)
-        assert dcoded.run.probe_samples(spec) == want, overrides
+        assert dcoded.scale.probe_samples(spec) == want, overrides
     ctx = object()  # nothing of it is read without a scale model
-    assert dcoded.run._speed_probe(ctx, None) == (ctx, None)
-    assert dcoded.run._speed_probe(ctx, {"tdf": 5.0}) == (ctx, None)  # no file to throttle
+    assert dcoded.scale.speed_probe(ctx, None) == (ctx, None)
+    assert dcoded.scale.speed_probe(ctx, {"tdf": 5.0}) == (ctx, None)  # no file to throttle
 
 
 def test_the_quota_is_corrected_for_the_speed_within_its_bounds():
