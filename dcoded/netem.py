@@ -84,6 +84,8 @@ class Links:
     sent it and however many hosts receive it: a hub, a shared medium.
     ``racks``: workers in racks of ``rack_size`` behind a rack bridge; each rack joined to the
     core bridge (scheduler and driver) by an uplink of ``uplink_mbit`` each way.
+    ``fattree``: the racks in pods of ``pod_racks``, each rack's uplink to its pod's bridge,
+    each pod joined to the core bridge by an uplink of ``pod_uplink_mbit`` each way.
     """
 
     rate_mbit: float
@@ -92,6 +94,8 @@ class Links:
     queue_ms: float = QUEUE_MS
     rack_size: int | None = None
     uplink_mbit: float | None = None
+    pod_racks: int | None = None
+    pod_uplink_mbit: float | None = None
     #: each worker's process pinned to one core (``cluster.pin_workers``): with as many workers
     #: as cores, the truth the scale model is checked against
     pin_workers: bool = False
@@ -105,6 +109,8 @@ class Links:
             queue_ms=float(cluster.get("queue_ms") or QUEUE_MS),
             rack_size=cluster.get("rack_size"),
             uplink_mbit=cluster.get("uplink_mbit"),
+            pod_racks=cluster.get("pod_racks"),
+            pod_uplink_mbit=cluster.get("pod_uplink_mbit"),
             pin_workers=bool(cluster.get("pin_workers")),
         )
 
@@ -117,7 +123,12 @@ class Links:
     def shape(self) -> topology.Shape:
         """Who shares which link, and at what rate."""
         return topology.Shape(
-            self.topology, float(self.rate_mbit), self.rack_size, self.uplink_mbit
+            self.topology,
+            float(self.rate_mbit),
+            self.rack_size,
+            self.uplink_mbit,
+            self.pod_racks,
+            self.pod_uplink_mbit,
         )
 
     def queueing_ms(self) -> float:
@@ -134,7 +145,12 @@ class Links:
             "queue_ms": self.queue_ms,
             **(
                 {"rack_size": self.rack_size, "uplink_mbit": float(self.uplink_mbit)}
-                if self.topology == "racks"
+                if self.shape.racked
+                else {}
+            ),
+            **(
+                {"pod_racks": self.pod_racks, "pod_uplink_mbit": float(self.pod_uplink_mbit)}
+                if self.topology == "fattree"
                 else {}
             ),
         }
@@ -143,18 +159,28 @@ class Links:
 def check_links(cluster: Mapping, n_workers: int) -> None:
     """``ValueError`` naming the setting, for a shape the emulated network cannot take."""
     topology.check(cluster, n_workers)
-    for key in ("bandwidth_mbit", "driver_bandwidth_mbit", "queue_ms", "uplink_mbit"):
+    for key in (
+        "bandwidth_mbit",
+        "driver_bandwidth_mbit",
+        "queue_ms",
+        "uplink_mbit",
+        "pod_uplink_mbit",
+    ):
         value = cluster.get(key)
         if value is not None and (not isinstance(value, int | float) or value <= 0):
             unit = "ms" if key == "queue_ms" else "Mbit/s"
             raise ValueError(f"cluster.{key}={value!r} is not allowed: it must be > 0 ({unit})")
     if cluster.get("bandwidth_mbit") is None:
         raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
-    if cluster.get("topology") == "racks":
-        if cluster.get("uplink_mbit") is None:
-            raise ValueError(
-                "cluster.topology=racks needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
-            )
+    kind = cluster.get("topology")
+    if kind in ("racks", "fattree") and cluster.get("uplink_mbit") is None:
+        raise ValueError(
+            f"cluster.topology={kind} needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
+        )
+    if kind == "fattree" and cluster.get("pod_uplink_mbit") is None:
+        raise ValueError(
+            "cluster.topology=fattree needs cluster.pod_uplink_mbit (Mbit/s of each pod's uplink)"
+        )
     if cluster.get("scale_model"):
         scale.from_config(cluster, hosts=n_workers + 2)  # ValueError naming the setting
         why = scale.usable()
@@ -256,14 +282,16 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
             net.awake = scale.CpusAwake()
         _ip("netns", "add", hub)
         _bridge(hub, "br0")
-        if links.topology == "racks":
-            for r in range(links.shape.n_racks(n_workers)):
-                _bridge(hub, f"rk{r}")
-                # the rack's uplink: u{r} on the rack bridge, c{r} on the core
-                _ip("link", "add", f"u{r}", "type", "veth", "peer", "name", f"c{r}", ns=hub)
-                for end, bridge in ((f"u{r}", f"rk{r}"), (f"c{r}", "br0")):
-                    _ip("link", "set", end, "master", bridge, ns=hub)
-                    _ip("link", "set", end, "up", ns=hub)
+        shape = links.shape
+        for q in range(n_pods(n_workers, links)):
+            # the pod's uplink: pu{q} on the pod bridge, pc{q} on the core
+            _bridge(hub, f"pd{q}")
+            _uplink(hub, f"pu{q}", f"pd{q}", f"pc{q}", "br0")
+        for r in range(shape.n_racks(n_workers)):
+            # the rack's uplink: u{r} on the rack bridge, c{r} on the core (or its pod's bridge)
+            above = f"pd{r // links.pod_racks}" if links.topology == "fattree" else "br0"
+            _bridge(hub, f"rk{r}")
+            _uplink(hub, f"u{r}", f"rk{r}", f"c{r}", above)
         if links.topology == "bus":
             _ip("link", "add", "ifb0", "type", "ifb", ns=hub)
             _ip("link", "set", "ifb0", "up", ns=hub)
@@ -289,8 +317,8 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
                 ns=hub,
             )
             bridge = "br0"
-            if links.topology == "racks" and name.startswith("w"):
-                bridge = f"rk{links.shape.rack_of(n_workers)[int(name[1:])]}"
+            if shape.racked and name.startswith("w"):
+                bridge = f"rk{shape.rack_of(n_workers)[int(name[1:])]}"
             _ip("link", "set", hub_end, "master", bridge, ns=hub)
             _ip("link", "set", hub_end, "up", ns=hub)
             _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
@@ -346,6 +374,21 @@ def _bridge(ns: str, name: str) -> None:
     _ip("link", "set", name, "up", ns=ns)
 
 
+def _uplink(ns: str, low: str, below: str, high: str, above: str) -> None:
+    """A veth pair joining bridge ``below`` (its end ``low``) to bridge ``above`` (``high``)."""
+    _ip("link", "add", low, "type", "veth", "peer", "name", high, ns=ns)
+    for end, bridge in ((low, below), (high, above)):
+        _ip("link", "set", end, "master", bridge, ns=ns)
+        _ip("link", "set", end, "up", ns=ns)
+
+
+def n_pods(n_workers: int, links: Links) -> int:
+    """How many pods the racks of ``n_workers`` fill (0 outside a fat tree)."""
+    if links.topology != "fattree":
+        return 0
+    return -(-links.shape.n_racks(n_workers) // links.pod_racks)
+
+
 def _shape(net: Network) -> None:
     """Set every shaped queue to the network's rates: each host's link both ways (egress of
     the host's end: what it sends; of the bridge's end: what it receives), the bus, and the
@@ -360,12 +403,15 @@ def _shape(net: Network) -> None:
     for r in range(links.shape.n_racks(len(net.workers()))):
         for end in (f"u{r}", f"c{r}"):
             _tbf(net.hub, end, links.uplink_mbit, links.queue_ms, tdf)
+    for q in range(n_pods(len(net.workers()), links)):
+        for end in (f"pu{q}", f"pc{q}"):
+            _tbf(net.hub, end, links.pod_uplink_mbit, links.queue_ms, tdf)
 
 
 def hub_queues(net: Network) -> dict[str, tuple[str, float]]:
     """The shaped queues in the hub, by what they carry: ``"w0 in"`` (what host w0 receives),
-    ``"bus"``, ``"rack0 up"`` and ``"rack0 down"``; values are the device and its real
-    (dilated) rate, Mbit/s."""
+    ``"bus"``, ``"rack0 up"`` and ``"rack0 down"``, ``"pod0 up"`` and ``"pod0 down"``;
+    values are the device and its real (dilated) rate, Mbit/s."""
     links = net.links
     out = {
         f"{host.name} in": (f"v{i}", links.host_rate(host.name))
@@ -376,6 +422,9 @@ def hub_queues(net: Network) -> dict[str, tuple[str, float]]:
     for r in range(links.shape.n_racks(len(net.workers()))):
         out[f"rack{r} up"] = (f"u{r}", links.uplink_mbit)
         out[f"rack{r} down"] = (f"c{r}", links.uplink_mbit)
+    for q in range(n_pods(len(net.workers()), links)):
+        out[f"pod{q} up"] = (f"pu{q}", links.pod_uplink_mbit)
+        out[f"pod{q} down"] = (f"pc{q}", links.pod_uplink_mbit)
     return {name: (dev, float(rate) / net.tdf) for name, (dev, rate) in out.items()}
 
 
@@ -636,7 +685,11 @@ def _raise_interrupt(signum, frame):
 def retune(net: Network, links: Links) -> None:
     """Set every link's rate and queue anew (both directions, the bus and the uplinks),
     keeping hosts and processes; the topology stays what it was built as."""
-    if (links.topology, links.rack_size) != (net.links.topology, net.links.rack_size):
+    if (links.topology, links.rack_size, links.pod_racks) != (
+        net.links.topology,
+        net.links.rack_size,
+        net.links.pod_racks,
+    ):
         raise ValueError("retune keeps the topology: build a new network for another one")
     net.links = links
     _shape(net)
@@ -657,8 +710,9 @@ def shared_network(
     """
     if _shared and (
         len(_shared[0].workers()) != n_workers
-        or (_shared[0].links.topology, _shared[0].links.rack_size)
-        != (links.topology, links.rack_size)
+        or _shared[0].links.shape.rack_of(n_workers) != links.shape.rack_of(n_workers)
+        or _shared[0].links.shape.pod_of(n_workers) != links.shape.pod_of(n_workers)
+        or _shared[0].links.topology != links.topology
         or _shared[0].model != model  # other quotas: other cgroups and processes
         or _shared[0].links.pin_workers != links.pin_workers
     ):

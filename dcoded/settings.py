@@ -263,6 +263,8 @@ SETTINGS: dict[str, Setting] = {
     "cluster.queue_ms": number(0, above=True, unit="ms"),
     "cluster.rack_size": integer(1, null="no racks"),
     "cluster.uplink_mbit": number(0, above=True, unit="Mbit/s", null="no racks"),
+    "cluster.pod_racks": integer(1, null="no pods"),
+    "cluster.pod_uplink_mbit": number(0, above=True, unit="Mbit/s", null="no pods"),
     "cluster.scale_model": flag(),
     "cluster.pin_workers": flag(),
     "cluster.host_cores": number(0, above=True, unit="cores"),

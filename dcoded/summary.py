@@ -417,6 +417,10 @@ def _happened(summary: Mapping) -> list[str]:
             where += f" (driver {net['driver_bandwidth_mbit']:g})"
         if net.get("rack_size"):
             where += f", racks of {net['rack_size']}, uplinks {net['uplink_mbit']:g} Mbit/s"
+        if net.get("pod_racks"):
+            where += (
+                f", pods of {net['pod_racks']} racks, uplinks {net['pod_uplink_mbit']:g} Mbit/s"
+            )
         out.append(f"  network: emulated, {where}, queues of {net['queue_ms']:g} ms")
     out += _scale_line(summary)
     st = summary.get("straggle") or {}

@@ -31,7 +31,7 @@ from dcoded.coding.messages import algorithm_messages
 
 __all__ = ["EMULATED", "TOPOLOGIES", "Shape", "check", "phase_bounds", "phase_messages"]
 #: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
-EMULATED = ("switch", "bus", "racks")
+EMULATED = ("switch", "bus", "racks", "fattree")
 #: Per topology, the shaped queues on the longest path between two hosts: the sender's link,
 #: the bus or the uplinks up and down, the receiver's link.
 QUEUES_ON_PATH = {"switch": 2, "bus": 3, "racks": 4, "fattree": 6}

@@ -81,11 +81,12 @@ def compute(results: Path, size: str) -> list[dict]:
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     rows = compute(results, size)
     plt = output.pyplot()
+    shown = [t for t in EMULATED if any(x["topology"] == t for x in rows)]  # the sweep's
     fig, axes = plt.subplots(
-        1, len(EMULATED), figsize=(16, 4.8), sharey=False, layout="constrained"
+        1, len(shown), figsize=(16, 4.8), sharey=False, layout="constrained", squeeze=False
     )
     fig.suptitle("dnn, K = 4: time per step against r (dotted: its communication bound)")
-    for ax, where in zip(axes, EMULATED, strict=True):
+    for ax, where in zip(axes[0], shown, strict=True):
         mine = [x for x in rows if x["topology"] == where]
         for (shuffle, transport), (color, line, marker) in STYLES.items():
             pts = sorted(

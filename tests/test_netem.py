@@ -521,6 +521,39 @@ def test_racks_cap_what_crosses_the_uplinks():
 
 
 @needs_netem
+@pytest.mark.slow
+def test_a_fat_tree_caps_what_crosses_the_rack_and_pod_uplinks():
+    """Racks of 2 in pods of 2 (K = 8): inside a rack the hosts' links set the rate, across
+    racks of one pod the rack uplink, across pods the pod uplink; two pods sending to the core
+    at once use one pod uplink each, two racks of one pod share theirs (twice as long)."""
+    links = netem.Links(
+        rate_mbit=100,
+        topology="fattree",
+        rack_size=2,
+        uplink_mbit=50,
+        pod_racks=2,
+        pod_uplink_mbit=20,
+    )
+    net = netem.build(8, links)
+    try:
+        assert {"pod0 up", "pod1 down", "rack3 up"} <= set(netem.hub_queues(net))
+        n = 3_000_000
+        host, rack, pod = (n * 8 / (rate * 1e6) for rate in (100, 50, 20))  # 0.24, 0.48, 1.2 s
+        (inside,), _ = _at_once(net, [("w0", "w1")], n)
+        (in_pod,), _ = _at_once(net, [("w0", "w2")], n)
+        (across,), _ = _at_once(net, [("w0", "w4")], n)
+        assert 0.85 * host < inside < 2.5 * host, inside
+        assert 0.85 * rack < in_pod < 1.6 * rack, in_pod
+        assert 0.85 * pod < across < 1.5 * pod, across
+        _, apart = _at_once(net, [("w0", "drv"), ("w4", "sched")], n)  # one pod uplink each
+        _, shared = _at_once(net, [("w0", "drv"), ("w2", "sched")], n)  # both up pod 0's
+        assert apart < 1.5 * pod, apart
+        assert 1.7 * pod < shared < 3.0 * pod, shared
+    finally:
+        netem.destroy(net)
+
+
+@needs_netem
 def test_queue_depth_is_a_setting():
     net = netem.build(2, netem.Links(rate_mbit=50, queue_ms=5))
     try:
@@ -545,6 +578,19 @@ def test_queue_depth_is_a_setting():
         (["cluster.topology=ring"], "cluster.topology='ring'"),
         (["cluster.topology=racks", "cluster.uplink_mbit=10"], "cluster.rack_size=None"),
         (["cluster.topology=racks", "cluster.rack_size=2"], "cluster.uplink_mbit"),
+        (
+            ["cluster.topology=fattree", "cluster.rack_size=1", "cluster.uplink_mbit=10"],
+            "cluster.pod_racks=None",
+        ),
+        (
+            [
+                "cluster.topology=fattree",
+                "cluster.rack_size=1",
+                "cluster.uplink_mbit=10",
+                "cluster.pod_racks=2",
+            ],
+            "cluster.pod_uplink_mbit",
+        ),
         (["cluster.queue_ms=0"], "cluster.queue_ms=0"),
     ],
 )
@@ -844,6 +890,16 @@ def test_the_kernels_loss_counters_are_read_and_compared():
         (["cluster.topology=bus"], 3 * 20 + 5),
         (["cluster.topology=switch", "cluster.queue_ms=10"], 2 * 10 + 5),
         (["cluster.topology=racks", "cluster.rack_size=2", "cluster.uplink_mbit=50"], 4 * 20 + 5),
+        (
+            [
+                "cluster.topology=fattree",
+                "cluster.rack_size=1",
+                "cluster.uplink_mbit=50",
+                "cluster.pod_racks=2",
+                "cluster.pod_uplink_mbit=20",
+            ],
+            6 * 20 + 5,
+        ),
         (["transport.repair_after_ms=7"], 7),
     ],
 )

@@ -100,11 +100,11 @@ def test_a_phase_that_sends_nothing_goes_at_the_senders_own_link():
     ("links", "allowed", "says"),
     [
         ({"topology": "ring"}, topology.EMULATED, "cluster.topology='ring' is not known"),
-        ({"topology": "fattree", "rack_size": 2}, topology.EMULATED, "is not known"),
+        ({"topology": "fattree", "rack_size": 2}, topology.EMULATED, "cluster.pod_racks=None"),
         ({"topology": "racks"}, topology.EMULATED, "cluster.rack_size=None is not allowed"),
         ({"topology": "racks", "rack_size": 4}, topology.EMULATED, r"in 1\.\.3"),
         ({"topology": "racks", "rack_size": True}, topology.EMULATED, "rack_size=True"),
-        ({"topology": "fattree", "rack_size": 2}, topology.TOPOLOGIES, "pod_racks=None"),
+        ({"topology": "torus"}, topology.TOPOLOGIES, "'torus' is not known"),
     ],
 )
 def test_an_impossible_shape_is_refused_naming_the_setting(links, allowed, says):

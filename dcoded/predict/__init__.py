@@ -581,6 +581,8 @@ def scenario_of(summary: Mapping) -> Scenario:
         driver_rate_mbit=net.get("driver_bandwidth_mbit"),
         rack_size=net.get("rack_size"),
         uplink_mbit=net.get("uplink_mbit"),
+        pod_racks=net.get("pod_racks"),
+        pod_uplink_mbit=net.get("pod_uplink_mbit"),
         model=summary["model"],
         cores=int(env["cores"]) if shared and env.get("cores") else None,
     )
