@@ -69,18 +69,7 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     the lost one's place within ``train.replace_within_s`` or else on the workers left; or
     the one line why it cannot go on (:class:`WorkerLost`)."""
     began, began_unix, spec, client = time.monotonic(), time.time(), ctx.spec, ctx.client
-    lost = list(error.workers)
-    if not lost:
-
-        def find() -> list[str] | None:
-            with contextlib.suppress(Exception):  # the scheduler may not have seen it go yet
-                return ctx.bounded("finding the lost worker", ctx.lost_workers)
-            return None
-
-        going = lambda: client.status == "running"  # noqa: E731
-        lost = health.until(find, LOSS_SEEN_S, going=going) or []
-    if not lost:  # the scheduler, or nothing known: nothing to go on with
-        raise error
+    lost = _the_lost(ctx, error)
     survivors = [w for w in ctx.workers if w not in lost]
     with contextlib.suppress(Exception):  # the steps done before the loss stay in history.csv
         ctx.bounded(
@@ -109,17 +98,9 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
             f"{e}"
         ) from None
     start = resume.step if resume else 0
-    history = ctx.log.history_file
-    history.mark_replayed(start)
-    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, None, history)
     # the scale model's quotas stay raised as the probe found: the run goes on under them
     spec2 = dataclasses.replace(spec2, host_quota_scale=spec.host_quota_scale)
-    log.compute_speed = ctx.log.compute_speed
-    if spec2.algorithm == "cdc":
-        log.peers = set(workers)
-    log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
-    reached = max(ctx.log.last_wall, ctx.log.wall_offset)  # offset included
-    log.wall_offset = reached + (time.monotonic() - began)
+    log = _log_going_on(ctx, spec2, workers, start, began)
     event = {
         "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
         "why": str(error),
@@ -151,6 +132,41 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     out = Context(spec2, client, workers, log, reference, ctx.progress, resume, ctx.run_dir)
     out.last_checkpoint = ctx.last_checkpoint
     return out
+
+
+def _the_lost(ctx: Context, error: WorkerLost) -> list[str]:
+    """The workers ``error`` lost, or those the scheduler finds gone within
+    :data:`LOSS_SEEN_S`; ``error`` itself when it finds none (the scheduler, or nothing known:
+    nothing to go on with)."""
+    lost = list(error.workers)
+    if not lost:
+
+        def find() -> list[str] | None:
+            with contextlib.suppress(Exception):  # the scheduler may not have seen it go yet
+                return ctx.bounded("finding the lost worker", ctx.lost_workers)
+            return None
+
+        going = lambda: ctx.client.status == "running"  # noqa: E731
+        lost = health.until(find, LOSS_SEEN_S, going=going) or []
+    if not lost:
+        raise error
+    return lost
+
+
+def _log_going_on(ctx: Context, spec2, workers: list[str], start: int, began: float):
+    """The next attempt's log: the same ``history.csv`` (its rows from ``start`` marked to be
+    replayed), the events and recoveries so far, the compute speed the probe found, and its
+    wall clock going on from where the last attempt's reached."""
+    history = ctx.log.history_file
+    history.mark_replayed(start)
+    log = TrainingLog(spec2.run_id, spec2.n_workers, spec2.batch_size, None, history)
+    log.compute_speed = ctx.log.compute_speed
+    if spec2.algorithm == "cdc":
+        log.peers = set(workers)
+    log.events, log.recoveries = list(ctx.log.events), list(ctx.log.recoveries)
+    reached = max(ctx.log.last_wall, ctx.log.wall_offset)  # offset included
+    log.wall_offset = reached + (time.monotonic() - began)
+    return log
 
 
 def replace_lost(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:

@@ -576,21 +576,9 @@ def judge(
     >>> j["ok"], j["problems"][0][:45]
     (False, 'the machine was idle 5% (< 15%) in 1 of 1 sam')
     """
-    judge_quota = True
-    if window and len(samples) > 2:
-        inside = [s for s in samples if window[0] <= s.get("unix", window[0]) <= window[1]]
-        if len(inside) < 2:  # a loop shorter than the samples: the pair around it
-            before = [s for s in samples if s.get("unix", 0) < window[0]][-1:]
-            after = [s for s in samples if s.get("unix", 0) > window[1]][:1]
-            inside = before + inside + after
-            judge_quota = False  # those seconds hold unthrottled start-up or teardown
-        samples = inside if len(inside) >= 2 else samples
+    samples, judge_quota = _in_window(samples, window)
     problems: list[str] = []
-    idle, softirq = [], []
-    for a, b in itertools.pairwise(samples):
-        if b["total"] > a["total"]:
-            idle.append((b["idle"] - a["idle"]) / (b["total"] - a["total"]))
-            softirq.append((b.get("softirq", 0) - a.get("softirq", 0)) / (b["total"] - a["total"]))
+    idle, softirq = _idle(samples)
     low = sum(x < IDLE_MIN for x in idle)
     if idle and low > (1 - IDLE_SHARE) * len(idle):
         problems.append(
@@ -607,38 +595,15 @@ def judge(
                 f"the quota, corrected to {SPEED_MIN:g} only: the step's compute reads "
                 f"{SPEED_MIN / compute['speed']:.2f}x long, {100 * bend:.0f}% of the step"
             )
-    hosts = {}
-    first, last = samples[0].get("hosts") or {}, samples[-1].get("hosts") or {}
-    wall = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
-    for name, end in last.items():
-        start = first.get(name, {})
-        used = (end.get("usage_ns", 0) - start.get("usage_ns", 0)) / 1e9
-        row = {
-            "cpu_s": used,
-            "share_of_quota": used / (quota_cores * wall) if wall > 0 else None,
-            "nr_periods": end.get("nr_periods", 0) - start.get("nr_periods", 0),
-            "nr_throttled": end.get("nr_throttled", 0) - start.get("nr_throttled", 0),
-            "throttled_s": (end.get("throttled_time", 0) - start.get("throttled_time", 0)) / 1e9,
-        }
-        hosts[name] = row
+    hosts = _hosts_used(samples, quota_cores)
+    for name, row in hosts.items():
         over = row["share_of_quota"] is not None and row["share_of_quota"] > 1 + QUOTA_TOLERANCE
         if over and judge_quota:
             problems.append(f"host {name} used {row['share_of_quota']:.2f} of its quota")
-    links = {}
-    for name, rate in rates_mbit.items():
-        busy, worst, most = 0, None, 0.0
-        for a, b in itertools.pairwise(samples):
-            qa, qb = (a.get("queues") or {}).get(name), (b.get("queues") or {}).get(name)
-            if not qa or not qb or b["t"] <= a["t"]:
-                continue
-            got = (qb["bytes"] - qa["bytes"]) * 8 / 1e6 / (b["t"] - a["t"]) / rate
-            most = max(most, got)
-            if qa["backlog"] and qb["backlog"]:
-                busy += 1
-                worst = got if worst is None else min(worst, got)
-        links[name] = {"rate_mbit": rate, "busiest": most, "backlogged_s": busy, "least": worst}
-        if most > 1 + LINK_TOLERANCE:
-            problems.append(f"link {name} ran at {most:.2f} of its rate")
+    links = _links_used(samples, rates_mbit)
+    for name, row in links.items():
+        if row["busiest"] > 1 + LINK_TOLERANCE:
+            problems.append(f"link {name} ran at {row['busiest']:.2f} of its rate")
     return {
         "ok": not problems,
         "problems": problems,
@@ -666,6 +631,70 @@ def judge(
         "hosts": hosts,
         "links": links,
     }
+
+
+def _in_window(samples: Sequence[Mapping], window) -> tuple[Sequence[Mapping], bool]:
+    """The samples of the training loop (``window``: its first and last step, unix seconds),
+    and whether the quotas can be judged on them: for a loop shorter than two samples, the
+    pair around it, which holds unthrottled start-up or teardown (not judged)."""
+    if not (window and len(samples) > 2):
+        return samples, True
+    inside = [s for s in samples if window[0] <= s.get("unix", window[0]) <= window[1]]
+    judge_quota = True
+    if len(inside) < 2:
+        before = [s for s in samples if s.get("unix", 0) < window[0]][-1:]
+        after = [s for s in samples if s.get("unix", 0) > window[1]][:1]
+        inside = before + inside + after
+        judge_quota = False
+    return (inside if len(inside) >= 2 else samples), judge_quota
+
+
+def _idle(samples: Sequence[Mapping]) -> tuple[list[float], list[float]]:
+    """Per interval, the machine's idle share and its softirq share (the kernel's packets)."""
+    idle, softirq = [], []
+    for a, b in itertools.pairwise(samples):
+        if b["total"] > a["total"]:
+            idle.append((b["idle"] - a["idle"]) / (b["total"] - a["total"]))
+            softirq.append((b.get("softirq", 0) - a.get("softirq", 0)) / (b["total"] - a["total"]))
+    return idle, softirq
+
+
+def _hosts_used(samples: Sequence[Mapping], quota_cores: float) -> dict[str, dict]:
+    """Per host, the CPU it used over the samples, as a share of its quota, and how often
+    and how long the kernel throttled it."""
+    hosts = {}
+    first, last = samples[0].get("hosts") or {}, samples[-1].get("hosts") or {}
+    wall = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
+    for name, end in last.items():
+        start = first.get(name, {})
+        used = (end.get("usage_ns", 0) - start.get("usage_ns", 0)) / 1e9
+        hosts[name] = {
+            "cpu_s": used,
+            "share_of_quota": used / (quota_cores * wall) if wall > 0 else None,
+            "nr_periods": end.get("nr_periods", 0) - start.get("nr_periods", 0),
+            "nr_throttled": end.get("nr_throttled", 0) - start.get("nr_throttled", 0),
+            "throttled_s": (end.get("throttled_time", 0) - start.get("throttled_time", 0)) / 1e9,
+        }
+    return hosts
+
+
+def _links_used(samples: Sequence[Mapping], rates_mbit: Mapping[str, float]) -> dict[str, dict]:
+    """Per shaped queue, the most it carried in an interval as a share of its rate, how many
+    intervals it stayed backlogged, and the least it carried while backlogged."""
+    links = {}
+    for name, rate in rates_mbit.items():
+        busy, worst, most = 0, None, 0.0
+        for a, b in itertools.pairwise(samples):
+            qa, qb = (a.get("queues") or {}).get(name), (b.get("queues") or {}).get(name)
+            if not qa or not qb or b["t"] <= a["t"]:
+                continue
+            got = (qb["bytes"] - qa["bytes"]) * 8 / 1e6 / (b["t"] - a["t"]) / rate
+            most = max(most, got)
+            if qa["backlog"] and qb["backlog"]:
+                busy += 1
+                worst = got if worst is None else min(worst, got)
+        links[name] = {"rate_mbit": rate, "busiest": most, "backlogged_s": busy, "least": worst}
+    return links
 
 
 def undilated(times: Mapping, tdf: float) -> dict:

@@ -196,8 +196,6 @@ def fit(
     scale-model run outside its fidelity is left out of everything, with a note. ``fitted_on``
     keeps the hold-outs (``held_out_<name>``), the domain of the runs, held-out ones included,
     and each family's error on the fitted runs and on the held-out ones (:func:`errors`)."""
-    import numpy as np
-    from scipy.optimize import nnls
 
     held = {
         "K": sorted(set(hold_out)),
@@ -205,17 +203,7 @@ def fit(
         "rack_size": sorted(set(hold_out_rack)),
         "model": sorted(set(hold_out_model)),
     }
-    kept = []
-    for summary in summaries:
-        if faithful(summary):
-            kept.append(summary)
-            continue
-        problems = (summary.get("fidelity") or {}).get("problems") or ["not checked"]
-        print(
-            f"note: left out of the fit, outside the scale model's fidelity "
-            f"({'; '.join(problems)}): {run_name(summary)}",
-            file=sys.stderr,
-        )
+    kept = _faithful_only(summaries)
     fitted_runs = [m for m in kept if not held_out_by(scenario_of(m), held)]
     compute = fit_compute(fitted_runs, compute)
     base = Calibration({f: Costs() for f in FAMILIES}, compute)
@@ -249,21 +237,7 @@ def fit(
             )
         )
         used.setdefault(s.family, []).append(summary.get("_path", ""))
-    costs = dict(base.costs)
-    for family, data in rows.items():
-        A = np.array([a for a, _ in data])
-        b = np.array([v for _, v in data])
-        if not family.startswith("cdc"):  # one call a step: per sub-batch is per step CPU
-            A[:, 3] = 0.0
-        # the links never beat their bound: link_overhead = 1 + a non-negative excess
-        x, _ = nnls(A, b - A[:, 0])
-        costs[family] = Costs(
-            link_overhead=1.0 + float(x[0]),
-            per_message_s=float(x[1]),
-            per_step_s=float(x[2]),
-            per_sub_batch_s=float(x[3]),
-            per_step_cpu_s=float(x[4]),
-        )
+    costs = {**base.costs, **{family: _solve(family, data) for family, data in rows.items()}}
     fitted_on = {
         "runs": {f: len(v) for f, v in used.items()},
         **{f"held_out_{name}": values for name, values in held.items()},
@@ -283,6 +257,42 @@ def fit(
     found = errors(compare(kept, fitted))
     fitted_on["error_pct"] = {f: e for f, e in found.items() if f in used}
     return fitted
+
+
+def _faithful_only(summaries: Sequence[Mapping]) -> list[Mapping]:
+    """The runs whose times stand for their cluster; a note on stderr for each left out."""
+    kept = []
+    for summary in summaries:
+        if faithful(summary):
+            kept.append(summary)
+            continue
+        problems = (summary.get("fidelity") or {}).get("problems") or ["not checked"]
+        print(
+            f"note: left out of the fit, outside the scale model's fidelity "
+            f"({'; '.join(problems)}): {run_name(summary)}",
+            file=sys.stderr,
+        )
+    return kept
+
+
+def _solve(family: str, data: list) -> Costs:
+    """One family's costs by non-negative least squares on its rows ``(a, b)``; the links
+    never beat their bound: ``link_overhead`` is 1 plus a non-negative excess."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    A = np.array([a for a, _ in data])
+    b = np.array([v for _, v in data])
+    if not family.startswith("cdc"):  # one call a step: per sub-batch is per step CPU
+        A[:, 3] = 0.0
+    x, _ = nnls(A, b - A[:, 0])
+    return Costs(
+        link_overhead=1.0 + float(x[0]),
+        per_message_s=float(x[1]),
+        per_step_s=float(x[2]),
+        per_sub_batch_s=float(x[3]),
+        per_step_cpu_s=float(x[4]),
+    )
 
 
 def errors(rows: Iterable[Mapping]) -> dict[str, dict]:

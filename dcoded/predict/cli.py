@@ -194,14 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(a: argparse.Namespace) -> int:
     if a.measure_rate is not None:
-        rate = measure_rate(a.measure_rate)
-        print(json.dumps(rate, indent=1))
-        path = Path(a.calibration)
-        cal = Calibration.load(path) if path.exists() else Calibration({}, {})
-        cal.compute[rate["model"]] = {k: rate[k] for k in ("samples_per_s", "per_call_s")}
-        cal.save(path)
-        print(f"stored as the compute rate of {rate['model']}: {path}")
-        return 0
+        return _measure_rate(a)
     if a.record:
         out, *dirs = a.record
         runs = [compact(s) for s in load_summaries(dirs)]
@@ -209,44 +202,71 @@ def _command(a: argparse.Namespace) -> int:
         print(f"{len(runs)} runs written: {out}")
         return 0
     if a.fit:
-        cal = Calibration.load(a.calibration)
-        new = fit(
-            load_summaries(a.fit),
-            cal.compute,
-            a.hold_out_K,
-            a.hold_out_rate,
-            a.hold_out_rack,
-            a.hold_out_model,
-        )
-        new.save(a.calibration)
-        held = held_outs(new.fitted_on)
-        for family, c in new.costs.items():
-            runs = new.fitted_on["runs"].get(family)
-            if runs:
-                print(
-                    f"{family}: link_overhead {c.link_overhead:.3f}, per_message "
-                    f"{1e3 * c.per_message_s:.3f} ms, per_step {1e3 * c.per_step_s:.1f} ms, "
-                    f"per_sub_batch {1e3 * c.per_sub_batch_s:.3f} ms, per_step_cpu "
-                    f"{1e3 * c.per_step_cpu_s:.2f} ms "
-                    f"({runs} runs)"
-                )
-                print("\n".join(_error_lines(new.fitted_on["error_pct"][family], runs, held)))
-        print(f"written: {a.calibration}")
-        return 0
+        return _fit(a)
     cal = Calibration.load(a.calibration)
     if a.compare:
-        rows = compare(load_summaries(a.compare), cal)
-        for row in rows:
-            tag = f" (held out by {', '.join(row['held_out_by'])})" if row["held_out"] else ""
-            if not row["faithful"]:
-                tag += " (outside the scale model's fidelity)"
-            if row["outside"]:
-                tag += f" (outside the calibration: {'; '.join(row['outside'])})"
+        return _compare(a, cal)
+    return _predict_one(a, cal)
+
+
+def _measure_rate(a: argparse.Namespace) -> int:
+    """``--measure-rate``: one worker's compute here, stored in the calibration."""
+    rate = measure_rate(a.measure_rate)
+    print(json.dumps(rate, indent=1))
+    path = Path(a.calibration)
+    cal = Calibration.load(path) if path.exists() else Calibration({}, {})
+    cal.compute[rate["model"]] = {k: rate[k] for k in ("samples_per_s", "per_call_s")}
+    cal.save(path)
+    print(f"stored as the compute rate of {rate['model']}: {path}")
+    return 0
+
+
+def _fit(a: argparse.Namespace) -> int:
+    """``--fit``: each family's costs from the runs, with the hold-outs; its errors."""
+    cal = Calibration.load(a.calibration)
+    new = fit(
+        load_summaries(a.fit),
+        cal.compute,
+        a.hold_out_K,
+        a.hold_out_rate,
+        a.hold_out_rack,
+        a.hold_out_model,
+    )
+    new.save(a.calibration)
+    held = held_outs(new.fitted_on)
+    for family, c in new.costs.items():
+        runs = new.fitted_on["runs"].get(family)
+        if runs:
             print(
-                f"{row['run']}: predicted {row['predicted_ms']} ms, measured "
-                f"{row['measured_ms']} ms ({row['error_pct']:+.1f}%){tag}"
+                f"{family}: link_overhead {c.link_overhead:.3f}, per_message "
+                f"{1e3 * c.per_message_s:.3f} ms, per_step {1e3 * c.per_step_s:.1f} ms, "
+                f"per_sub_batch {1e3 * c.per_sub_batch_s:.3f} ms, per_step_cpu "
+                f"{1e3 * c.per_step_cpu_s:.2f} ms "
+                f"({runs} runs)"
             )
-        return 0
+            print("\n".join(_error_lines(new.fitted_on["error_pct"][family], runs, held)))
+    print(f"written: {a.calibration}")
+    return 0
+
+
+def _compare(a: argparse.Namespace, cal: Calibration) -> int:
+    """``--compare``: every run's predicted beside its measured step."""
+    for row in compare(load_summaries(a.compare), cal):
+        tag = f" (held out by {', '.join(row['held_out_by'])})" if row["held_out"] else ""
+        if not row["faithful"]:
+            tag += " (outside the scale model's fidelity)"
+        if row["outside"]:
+            tag += f" (outside the calibration: {'; '.join(row['outside'])})"
+        print(
+            f"{row['run']}: predicted {row['predicted_ms']} ms, measured "
+            f"{row['measured_ms']} ms ({row['error_pct']:+.1f}%){tag}"
+        )
+    return 0
+
+
+def _predict_one(a: argparse.Namespace, cal: Calibration) -> int:
+    """One scenario (a run's, with ``--summary``; else the flags'): its terms and step."""
+    summary = None
     if a.summary:
         path = a.summary / "summary.json" if a.summary.is_dir() else a.summary
         try:
@@ -275,7 +295,7 @@ def _command(a: argparse.Namespace) -> int:
             if p.error_pct is not None
             else f"(no runs of {s.family} were held out of the fit: its error is not known)"
         )
-    if a.summary:
+    if summary is not None:
         y = measured_step(summary)
         line += f", measured {1e3 * y:.1f} ms"
         if not p.outside:
