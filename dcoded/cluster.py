@@ -332,11 +332,11 @@ def _first_workers(client: Client, n_workers: int, timeout: float, where: str) -
     try:
         client.wait_for_workers(n_workers, timeout=timeout)
     except TimeoutError:
-        have = len(known_workers(client, timeout))
+        have = len(known_workers(client, stale_ok=True))
         raise ClusterError(
             f"{where} has {have} worker(s) after {timeout} s, cluster.n_workers={n_workers} needed"
         ) from None
-    return sorted(known_workers(client, timeout))[:n_workers]
+    return sorted(known_workers(client, stale_ok=True))[:n_workers]
 
 
 @contextlib.contextmanager

@@ -26,10 +26,16 @@ from collections.abc import Callable
 GAVE_UP = object()
 
 
-def known_workers(client, timeout_s: float | None = None) -> dict[str, dict]:
+def known_workers(
+    client, timeout_s: float | None = None, stale_ok: bool = False
+) -> dict[str, dict]:
     """Every worker the scheduler knows, by address (its info: ``nthreads``, ``last_seen``,
     ...), asked within ``timeout_s`` (a dead scheduler would otherwise hold the call for the
-    client's whole connect timeout)."""
+    client's whole connect timeout). ``stale_ok``: where the scheduler cannot be reached for
+    a moment, the client's last answer instead of an error (Dask's ``scheduler_info``: what
+    a recovery and a cluster's start go on with)."""
+    if stale_ok:
+        return dict(client.scheduler_info(n_workers=-1)["workers"])
     info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout_s)
     return dict(info["workers"])
 

@@ -42,7 +42,7 @@ def check_workers(client, workers: list[str], dataset: Mapping) -> dict[str, dic
     :class:`~dcoded.data.DatasetError` naming every worker (and its host) that cannot read
     the data."""
     replies = client.run(worker_facts, dict(dataset), workers=workers)
-    threads = known_workers(client)
+    threads = known_workers(client, stale_ok=True)
     cannot = {w: f for w, f in replies.items() if f["unreadable"]}
     if cannot:
         who = ", ".join(f"{w} (host {f['host']})" for w, f in sorted(cannot.items()))

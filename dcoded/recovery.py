@@ -180,6 +180,7 @@ def replace_lost(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
         "asking the scheduler",
         health.known_workers,
         client,
+        stale_ok=True,
         check=ctx.check_connection,  # the lost ones are known to be gone
     )
     listed = known()

@@ -153,8 +153,9 @@ class Hybrid(Shuffle):
         return hybrid_shuffle(g, r, m)
 
     def symmetric(self, K, r, m=None):
-        # a packet goes to the m others of its group (m unknown here: CDC's, m = r)
-        return comb(K - 1, r), m or r
+        # a packet goes to the m others of its group (m not given: the least load's, as the
+        # engine and the closed-form load pick it)
+        return comb(K - 1, r), m or best_m(K, r)
 
     def check(self, g, r, m):
         m = m or best_m(g, r)
