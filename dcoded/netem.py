@@ -283,13 +283,14 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
         _ip("netns", "add", hub)
         _bridge(hub, "br0")
         shape = links.shape
-        for q in range(n_pods(n_workers, links)):
+        for q in range(shape.n_pods(n_workers)):
             # the pod's uplink: pu{q} on the pod bridge, pc{q} on the core
             _bridge(hub, f"pd{q}")
             _uplink(hub, f"pu{q}", f"pd{q}", f"pc{q}", "br0")
         for r in range(shape.n_racks(n_workers)):
             # the rack's uplink: u{r} on the rack bridge, c{r} on the core (or its pod's bridge)
-            above = f"pd{r // links.pod_racks}" if links.topology == "fattree" else "br0"
+            pod = shape.pod_of_rack(r)
+            above = "br0" if pod is None else f"pd{pod}"
             _bridge(hub, f"rk{r}")
             _uplink(hub, f"u{r}", f"rk{r}", f"c{r}", above)
         if links.topology == "bus":
@@ -382,13 +383,6 @@ def _uplink(ns: str, low: str, below: str, high: str, above: str) -> None:
         _ip("link", "set", end, "up", ns=ns)
 
 
-def n_pods(n_workers: int, links: Links) -> int:
-    """How many pods the racks of ``n_workers`` fill (0 outside a fat tree)."""
-    if links.topology != "fattree":
-        return 0
-    return -(-links.shape.n_racks(n_workers) // links.pod_racks)
-
-
 def _shape(net: Network) -> None:
     """Set every shaped queue to the network's rates: each host's link both ways (egress of
     the host's end: what it sends; of the bridge's end: what it receives), the bus, and the
@@ -403,7 +397,7 @@ def _shape(net: Network) -> None:
     for r in range(links.shape.n_racks(len(net.workers()))):
         for end in (f"u{r}", f"c{r}"):
             _tbf(net.hub, end, links.uplink_mbit, links.queue_ms, tdf)
-    for q in range(n_pods(len(net.workers()), links)):
+    for q in range(links.shape.n_pods(len(net.workers()))):
         for end in (f"pu{q}", f"pc{q}"):
             _tbf(net.hub, end, links.pod_uplink_mbit, links.queue_ms, tdf)
 
@@ -422,7 +416,7 @@ def hub_queues(net: Network) -> dict[str, tuple[str, float]]:
     for r in range(links.shape.n_racks(len(net.workers()))):
         out[f"rack{r} up"] = (f"u{r}", links.uplink_mbit)
         out[f"rack{r} down"] = (f"c{r}", links.uplink_mbit)
-    for q in range(n_pods(len(net.workers()), links)):
+    for q in range(links.shape.n_pods(len(net.workers()))):
         out[f"pod{q} up"] = (f"pu{q}", links.pod_uplink_mbit)
         out[f"pod{q} down"] = (f"pc{q}", links.pod_uplink_mbit)
     return {name: (dev, float(rate) / net.tdf) for name, (dev, rate) in out.items()}
@@ -685,11 +679,8 @@ def _raise_interrupt(signum, frame):
 def retune(net: Network, links: Links) -> None:
     """Set every link's rate and queue anew (both directions, the bus and the uplinks),
     keeping hosts and processes; the topology stays what it was built as."""
-    if (links.topology, links.rack_size, links.pod_racks) != (
-        net.links.topology,
-        net.links.rack_size,
-        net.links.pod_racks,
-    ):
+    n_workers = len(net.workers())
+    if links.shape.wiring(n_workers) != net.links.shape.wiring(n_workers):
         raise ValueError("retune keeps the topology: build a new network for another one")
     net.links = links
     _shape(net)
@@ -710,9 +701,7 @@ def shared_network(
     """
     if _shared and (
         len(_shared[0].workers()) != n_workers
-        or _shared[0].links.shape.rack_of(n_workers) != links.shape.rack_of(n_workers)
-        or _shared[0].links.shape.pod_of(n_workers) != links.shape.pod_of(n_workers)
-        or _shared[0].links.topology != links.topology
+        or _shared[0].links.shape.wiring(n_workers) != links.shape.wiring(n_workers)
         or _shared[0].model != model  # other quotas: other cgroups and processes
         or _shared[0].links.pin_workers != links.pin_workers
     ):

@@ -87,15 +87,28 @@ class Shape:
             return None
         return [k // self.rack_size for k in range(n_workers)] + [None]
 
+    def pod_of_rack(self, rack: int) -> int | None:
+        """The pod rack ``rack`` is in (``None`` outside a fat tree)."""
+        return rack // self.pod_racks if self.kind == "fattree" else None
+
     def pod_of(self, n_workers: int) -> list[int | None] | None:
         """Each host's pod (the driver, last: ``None``); ``None`` outside a fat tree."""
         if self.kind != "fattree":
             return None
-        return [k // (self.rack_size * self.pod_racks) for k in range(n_workers)] + [None]
+        return [self.pod_of_rack(k // self.rack_size) for k in range(n_workers)] + [None]
 
     def n_racks(self, n_workers: int) -> int:
         """How many racks ``n_workers`` fill (0 without racks)."""
         return -(-n_workers // self.rack_size) if self.racked else 0
+
+    def n_pods(self, n_workers: int) -> int:
+        """How many pods the racks of ``n_workers`` fill (0 outside a fat tree)."""
+        return -(-self.n_racks(n_workers) // self.pod_racks) if self.kind == "fattree" else 0
+
+    def wiring(self, n_workers: int) -> tuple:
+        """What a network of ``n_workers`` is built as, rates aside: two shapes with the same
+        wiring are the same bridges and links, re-rated."""
+        return self.kind, self.rack_of(n_workers), self.pod_of(n_workers)
 
     def queues_on_path(self) -> int:
         """How many shaped queues a frame crosses on the longest path between two hosts."""

@@ -297,6 +297,11 @@ def test_retune_sets_every_link_both_ways():
         netem.retune(net, netem.Links(rate_mbit=30))
         assert _qdisc_rates(net) == {"30Mbit"}
         assert {h.rate_mbit for h in net.hosts.values()} == {30.0}
+        # a rack size on a switch wires nothing (as a multirun's shared cluster judges it)
+        netem.retune(net, netem.Links(rate_mbit=40, rack_size=1, uplink_mbit=10))
+        assert _qdisc_rates(net) == {"40Mbit"}
+        with pytest.raises(ValueError, match="retune keeps the topology"):
+            netem.retune(net, netem.Links(rate_mbit=40, topology="racks", rack_size=1))
     finally:
         netem.destroy(net)
 

@@ -23,6 +23,23 @@ def test_each_host_knows_its_rack_and_pod_and_the_driver_sits_on_the_core():
     assert Shape("bus").rack_of(4) is None and Shape("bus").n_racks(4) == 0
 
 
+def test_two_shapes_are_wired_alike_when_their_hosts_share_the_same_links():
+    switch = Shape("switch", 100).wiring(4)
+    assert Shape("switch", 40, rack_size=2, uplink_mbit=10).wiring(4) == switch
+    racks = Shape("racks", 100, rack_size=2, uplink_mbit=10)
+    assert racks.wiring(4) != switch
+    assert racks.wiring(4) == Shape("racks", 50, rack_size=2, uplink_mbit=20).wiring(4)
+    assert racks.wiring(4) != Shape("racks", 100, rack_size=1, uplink_mbit=10).wiring(4)
+    tree = Shape("fattree", 100, rack_size=1, pod_racks=2)
+    assert (tree.n_pods(4), tree.n_pods(5), tree.pod_of_rack(3), racks.pod_of_rack(3)) == (
+        2,
+        3,
+        1,
+        None,
+    )
+    assert tree.wiring(4) != Shape("fattree", 100, rack_size=1, pod_racks=1).wiring(4)
+
+
 def test_a_parameter_server_step_is_bounded_by_the_drivers_link():
     """ssgd, K = 4 on a switch of 8 Mbit/s (10^6 bytes/s): 4 gradients of 4d bytes into the
     driver, then 4 thetas out of it, each phase 16d bytes through its one link."""
