@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from math import comb
 
 import numpy as np
 
@@ -137,7 +138,7 @@ def next_round(
     owners that heard different things still fold the same bits."""
     done = {j for j, what in heard.items() if what == "done"}
     late = {j for j, what in heard.items() if what == "gave-up"}
-    complete = len(have) == len(p.held_by(k))
+    complete = len(have) == comb(p.g - 1, p.redundancy - 1)  # every sub-batch it holds
     if complete and not late and not asked:
         return Round(on_time=True)
     requests, awaited = backups(p, shuffle, plan, k, segments, have, late, arrived)

@@ -386,6 +386,7 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
     depends on who was late, so owners that heard different things still agree to the bit."""
     spec, p, rank, me = st.spec, st.placement, st.rank, st.local
     c = st.cluster
+    have = set(grads)  # the map is over: what it computed stays as it is
     keys = {tag: _key(step, *tag) for tag, _ in wanted}
     senders = {keys[tag]: p.global_id(c, j) for tag, j in wanted}
     asked: dict[tuple, int] = {}  # request -> the holder asked
@@ -396,7 +397,7 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
         arrived = {tag for tag, key in keys.items() if key in box}
         heard = {p.local(r): what for r, (what, *_) in notices.items()}
         move = next_round(
-            p, spec.shuffle, spec.hybrid, me, st.segments, set(grads), heard, arrived, asked
+            p, spec.shuffle, spec.hybrid, me, st.segments, have, heard, arrived, asked
         )
         if move.on_time:
             if len(arrived) == len(keys):
