@@ -173,7 +173,7 @@ def check_links(cluster: Mapping, n_workers: int) -> None:
     if cluster.get("bandwidth_mbit") is None:
         raise ValueError("cluster=netem needs cluster.bandwidth_mbit (Mbit/s per link)")
     kind = cluster.get("topology")
-    if kind in ("racks", "fattree") and cluster.get("uplink_mbit") is None:
+    if kind in topology.RACKED and cluster.get("uplink_mbit") is None:
         raise ValueError(
             f"cluster.topology={kind} needs cluster.uplink_mbit (Mbit/s of each rack's uplink)"
         )

@@ -29,9 +29,11 @@ from dcoded.coding import bounds
 from dcoded.coding.bounds import TOPOLOGIES  # every topology the model knows, in table order
 from dcoded.coding.messages import algorithm_messages
 
-__all__ = ["EMULATED", "TOPOLOGIES", "Shape", "check", "phase_bounds", "phase_messages"]
+__all__ = ["EMULATED", "RACKED", "TOPOLOGIES", "Shape", "check", "phase_bounds", "phase_messages"]
 #: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
 EMULATED = ("switch", "bus", "racks", "fattree")
+#: The topologies whose workers sit in racks behind uplinks.
+RACKED = ("racks", "fattree")
 #: Per topology, the shaped queues on the longest path between two hosts: the sender's link,
 #: the bus or the uplinks up and down, the receiver's link.
 QUEUES_ON_PATH = {"switch": 2, "bus": 3, "racks": 4, "fattree": 6}
@@ -71,7 +73,7 @@ class Shape:
     @property
     def racked(self) -> bool:
         """Whether workers sit in racks behind uplinks."""
-        return self.kind in ("racks", "fattree")
+        return self.kind in RACKED
 
     def uplink(self) -> float:
         """Each rack uplink's rate, Mbit/s each way."""
@@ -168,7 +170,7 @@ def check(
     kind = links.get("topology") or "switch"
     if kind not in allowed:
         raise ValueError(f"{prefix}topology={kind!r} is not known: choose one of {tuple(allowed)}")
-    if kind in ("racks", "fattree"):
+    if kind in RACKED:
         size = links.get("rack_size")
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size < n_workers:
             raise ValueError(

@@ -55,7 +55,7 @@ from dcoded.coding.messages import algorithm_messages
 from dcoded.coding.placement import check_layout
 from dcoded.coding.shuffles import scheme
 from dcoded.errors import ConfigError
-from dcoded.topology import TOPOLOGIES, Shape
+from dcoded.topology import RACKED, TOPOLOGIES, Shape
 from dcoded.topology import check as check_shape
 
 #: Where the fitted costs and the measured compute rates live (shipped with the package).
@@ -84,7 +84,7 @@ def stated_error(family: str, topology: str, held_out: bool) -> float:
     table = STATED_ERROR_PCT
     if family == "cdc-multicast":
         table = STATED_ERROR_PCT_MULTICAST
-        if topology in ("racks", "fattree"):
+        if topology in RACKED:
             table = STATED_ERROR_PCT_MULTICAST_RACKS
     return table["held_out" if held_out else "fitted"]
 
@@ -149,7 +149,7 @@ class Scenario:
         else:
             what = self.algorithm
         net = f"{self.topology} {self.rate_mbit:g} Mbit/s"
-        if self.topology in ("racks", "fattree"):
+        if self.topology in RACKED:
             net += f", racks of {self.rack_size} at {self.uplink():g} Mbit/s"
         if self.topology == "fattree":
             net += f", pods of {self.pod_racks} racks at {self.pod_uplink():g} Mbit/s"
