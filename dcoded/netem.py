@@ -289,8 +289,7 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
             _uplink(hub, f"pu{q}", f"pd{q}", f"pc{q}", "br0")
         for r in range(shape.n_racks(n_workers)):
             # the rack's uplink: u{r} on the rack bridge, c{r} on the core (or its pod's bridge)
-            pod = shape.pod_of_rack(r)
-            above = "br0" if pod is None else f"pd{pod}"
+            above = "br0" if (pod := shape.pod_of_rack(r)) is None else f"pd{pod}"
             _bridge(hub, f"rk{r}")
             _uplink(hub, f"u{r}", f"rk{r}", f"c{r}", above)
         if links.topology == "bus":

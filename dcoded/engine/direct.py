@@ -384,8 +384,7 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
     and asks the lowest finished holder of each value it lacks from those that did, or that
     its own abandoned map did not compute (:func:`dcoded.coding.stragglers.backups`). No sum
     depends on who was late, so owners that heard different things still agree to the bit."""
-    spec, p, rank, me = st.spec, st.placement, st.rank, st.local
-    c = st.cluster
+    spec, p, rank, me, c = st.spec, st.placement, st.rank, st.local, st.cluster
     have = set(grads)  # the map is over: what it computed stays as it is
     keys = {tag: _key(step, *tag) for tag, _ in wanted}
     senders = {keys[tag]: p.global_id(c, j) for tag, j in wanted}
