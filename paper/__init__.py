@@ -8,5 +8,10 @@
    figures and ``paper/REPORT.md`` (with a warning for every stale sweep they read). They
    import nothing of stage 1.
 
+Each table and figure is a module (``table_*``, ``figure_*``, ``tuning``) that draws it and
+writes its section of the report; :mod:`paper.sections` lists them, in the report's order.
+The rules the sections judge by are :mod:`paper.verdicts`; the report's fixed prose is
+Markdown in ``paper/prose/``.
+
 ``make paper`` does both; ``make paper SIZE=full`` is the full-size setting.
 """

@@ -11,41 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from paper import (
-    figure_accuracy,
-    figure_bandwidth,
-    figure_hybrid,
-    figure_loads,
-    figure_phases,
-    figure_scaling,
-    figure_stragglers,
-    figure_topology,
-    output,
-    paths,
-    report,
-    table_time,
-    table_to_accuracy,
-    tuning,
-)
+from paper import output, paths, report
 from paper.results import MissingResults
-
-SCRIPTS = [
-    tuning,
-    table_time,
-    table_to_accuracy,
-    figure_loads,
-    figure_phases,
-    figure_accuracy,
-    figure_bandwidth,
-    figure_topology,
-    figure_hybrid,
-    figure_stragglers,
-    figure_scaling,
-]
+from paper.sections import SECTIONS
 
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
-    for script in SCRIPTS:
+    for script in SECTIONS:
         name = script.__name__.rsplit(".", 1)[-1]
         try:
             script.main(results=results, size=size, out=out)

@@ -47,6 +47,13 @@ COLUMNS = [
 ]
 
 
+#: Its section of the report: the title, the sweeps it reads (the section says "not run" where
+#: one has not) and the figures it shows.
+TITLE = "Result 4 (Figure 4): accuracy against wall time, five seeds"
+READS = EXPERIMENTS
+FIGURES = ("fig4_accuracy.png",)
+
+
 def data_name(run: Run) -> str:
     """What a run trained on, as the tables name it."""
     return {"synthetic": "synthetic MNIST-sized"}.get(run["dataset"], run["dataset"])
@@ -182,6 +189,51 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         f"(the interval within ±{SAME:g}: same; wholly outside: differs; else undecided); each "
         "algorithm at its tuned rate; training time (s) the median over seeds.",
     )
+
+
+def accuracy_sentence(row: dict, ssgd: dict) -> str:
+    """One algorithm's final accuracy against ssgd's and the verdict of the stated rule, from
+    its row of Figure 4's table alone."""
+    said = {
+        "same": "by the rule",
+        "differs": "by the rule",
+        "undecided": "the seeds cannot tell it from ssgd's within one point",
+    }[row["same_as_ssgd"]]
+    return (
+        f"- {row['model']} on {row['data']}: {row['run']} ends at {row['test_accuracy']:.4f} ± "
+        f"{row['accuracy_std']:.4f} ({row['seeds']} seeds), {row['minus_ssgd']:+.4f} from ssgd's "
+        f"{ssgd['test_accuracy']:.4f} ± {ssgd['accuracy_std']:.4f} (95% interval of the paired "
+        f"difference {row['minus_ssgd_ci']}): **{row['same_as_ssgd']}**, {said}."
+    )
+
+
+def section(results: Path, size: str) -> str:
+    rows = compute(results, size)
+    out = [output.markdown(rows, COLUMNS)]
+    out.append(
+        "The same-accuracy rule: the difference of the final test accuracy to ssgd's, paired "
+        "by seed, has a 95% interval (Student's t over the seeds) within ±"
+        f"{SAME:g} (one point): **same**; wholly outside it: **differs**; "
+        "otherwise **undecided**. ssgd, ddp and cdc compute the same update from the same "
+        "samples at the same rate (only the order of float sums differs), so a difference "
+        "between them is the float order's, or a different tuned rate; asgd applies gradients "
+        "K - 1 steps stale.\n"
+    )
+    for where in dict.fromkeys((r["data"], r["model"]) for r in rows):
+        mine = [r for r in rows if (r["data"], r["model"]) == where]
+        ssgd = next((r for r in mine if r["run"] == "ssgd"), None)
+        if ssgd is None:
+            continue
+        out.append(
+            f"- {where[1]} on {where[0]}: the seed-to-seed standard deviation of the final "
+            f"accuracy is {ssgd['accuracy_std']:.4f} for ssgd, "
+            + ", ".join(f"{r['run']} {r['accuracy_std']:.4f}" for r in mine if r["run"] != "ssgd")
+            + "."
+        )
+        for r in mine:
+            if r["run"] != "ssgd" and r["minus_ssgd_ci"]:
+                out.append(accuracy_sentence(r, ssgd))
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

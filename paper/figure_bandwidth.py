@@ -7,11 +7,18 @@ at ``r = K``), so the slower the links, the larger the best r should be.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
 from paper import output, paths
 from paper.results import Run, load
+
+#: Its section of the report: the title, the sweeps it reads (the section says "not run" where
+#: one has not) and the figures it shows.
+TITLE = "Result 5 (Figure 5): the best r against bandwidth"
+READS = ("paper_bandwidth",)
+FIGURES = ("fig5_bandwidth.png",)
 
 
 def grid(results: Path, size: str) -> dict[str, dict[float, dict[int, Run]]]:
@@ -80,6 +87,50 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         paths.tables(out) / "fig5_bandwidth",
         "Figure 5: cdc's median ms per step at every r and link rate, and the fastest r.",
     )
+
+
+def section(results: Path, size: str) -> str:
+    rows, columns = compute(results, size)
+    out = [output.markdown(rows, columns)]
+    by_model = grid(results, size)
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = sorted((r for r in rows if r["model"] == model), key=lambda r: r["mbit_s"])
+        best = [r["best_r"] for r in mine]
+        if len(set(best)) == 1:
+            trend = (
+                f"the best r stays at {best[0]} over the whole range swept; the cross-over lies "
+                "outside it"
+            )
+        elif all(a >= b for a, b in itertools.pairwise(best)):
+            trend = "the best r rises as the links get slower, as the trade-off predicts"
+        else:
+            trend = "the best r does not move steadily with the rate here (noise, or a tie)"
+        out.append(
+            f"- {model}: best r "
+            + ", ".join(f"{r['best_r']} at {r['mbit_s']:g} Mbit/s" for r in mine)
+            + f": {trend}."
+        )
+        rates = by_model[model]
+        slow, fast = min(rates), max(rates)
+        lo, hi = min(rates[fast]), max(rates[fast])
+        if lo != hi:
+            extra = 1e3 * (rates[fast][hi]["time_s"]["map"] - rates[fast][lo]["time_s"]["map"])
+            K = rates[fast][lo]["n_workers"]
+            gathered = [1e3 * run["time_s"]["params"] for r, run in rates[slow].items() if r < K]
+            theta = (
+                f"; the all-gather of θ ({min(gathered):.0f}–{max(gathered):.0f} ms at "
+                f"{slow:g} Mbit/s) is paid at every r < K and not at r = K = {K}, where every "
+                "worker updates all of θ itself"
+                if gathered
+                else ""
+            )
+            out.append(
+                f"  Going from r = {lo} to r = {hi} costs {extra:.0f} ms more computing per step "
+                f"and saves the shuffle, {1e3 * rates[slow][lo]['time_s']['shuffle']:.0f} ms at "
+                f"{slow:g} Mbit/s and {1e3 * rates[fast][lo]['time_s']['shuffle']:.0f} ms at "
+                f"{fast:g} Mbit/s{theta}."
+            )
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

@@ -19,6 +19,13 @@ from paper.results import Run, label, load
 COLUMNS = ["model", "run", "seed", "step_ms", *(f"{p}_ms" for p in plots.PHASES), "other_ms"]
 
 
+#: Its section of the report: the title, the sweeps it reads (the section says "not run" where
+#: one has not) and the figures it shows.
+TITLE = "Result 3 (Figure 3): time per step by phase"
+READS = ("paper_time", "paper_phases")
+FIGURES = ("fig3_phases.png",)
+
+
 def runs(results: Path, size: str) -> dict[str, list[Run]]:
     """Per model, seed by seed: the baselines, then cdc by r."""
     everything = (
@@ -107,6 +114,40 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "seed's, each phase scaled to the median step where the phases' medians add up to "
         "more).",
     )
+
+
+def section(results: Path, size: str) -> str:
+    rows = compute(results, size)
+    out = [output.markdown(rows, COLUMNS)]
+    for model, mine in runs(results, size).items():
+        seed = min(r["seed"] for r in mine)  # the figure's seed
+        cdc = [r for r in mine if r["algorithm"] == "cdc" and r["seed"] == seed]
+        if not cdc:
+            continue
+        lo, hi = cdc[0], cdc[-1]
+        best = min(cdc, key=lambda r: r["time_s"]["step_median"])
+        K = lo["n_workers"]
+        gathered = [1e3 * r["time_s"]["params"] for r in cdc if r["redundancy"] < K]
+        theta = (
+            f"the all-gather of θ takes {min(gathered):.0f}–{max(gathered):.0f} ms at every r < K"
+            if gathered
+            else "no run gathers θ"
+        )
+        out.append(
+            f"- {model} (seed {seed}): from r = {lo['redundancy']} to r = {hi['redundancy']} "
+            "computing goes "
+            f"from {1e3 * lo['time_s']['map']:.0f} to {1e3 * hi['time_s']['map']:.0f} ms and "
+            f"the shuffle from {1e3 * lo['time_s']['shuffle']:.0f} to "
+            f"{1e3 * hi['time_s']['shuffle']:.0f} ms; {theta}"
+            + (
+                f", and none at r = K = {K}, where every worker updates all of θ itself"
+                if any(r["redundancy"] == K for r in cdc)
+                else ""
+            )
+            + f". The fastest step is at r = {best['redundancy']} "
+            f"({1e3 * best['time_s']['step_median']:.0f} ms)."
+        )
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 from dcoded.results import time_to_accuracy
-from paper import figure_accuracy, output, paths
+from paper import figure_accuracy, output, paths, table_time
+from paper.results import MissingResults
 from paper.table_time import PAPER_REDUCTION, ci, versus
+from paper.verdicts import by_coding, not_coding, verdict
 
 #: The target: this fraction of ssgd's final test accuracy at the same seed.
 TARGET = 0.95
@@ -41,6 +43,13 @@ COLUMNS = [
     "over_ddp",
     "over_ddp_ci",
 ]
+
+
+#: Its section of the report: the title, the sweeps it reads (the section says "not run" where
+#: one has not) and the figures it shows.
+TITLE = "Result 1b (Table 1b): time to a target accuracy"
+READS = figure_accuracy.EXPERIMENTS
+FIGURES = ()
 
 
 def reached(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[int, dict]]]:
@@ -132,6 +141,72 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "that reached it (reached: how many); reductions against ssgd and asgd and the ratio to "
         "DDP per seed, mean [95% interval]; the paper's reductions beside cdc's.",
     )
+
+
+def section(results: Path, size: str) -> str:
+    rows = compute(results, size)
+    out = [output.markdown(rows, COLUMNS)]
+    out.append(
+        f"The target of a seed is {100 * TARGET:.0f}% of ssgd's final test "
+        "accuracy at that seed, the same for every algorithm; the time is the training wall "
+        "time of the first evaluation at or above it (evaluations every 5 steps; evaluation "
+        "time kept out). Reductions are per seed, mean [95% interval over the seeds that both "
+        "reached the target]. Only cdc at r = 2 runs here; whether an r without coding is "
+        "faster still is Table 1's question.\n"
+    )
+    try:  # Table 1's finding, on the same data: is an r without coding faster still?
+        data = figure_accuracy.data_name(table_time.runs(results, size)[0])
+        uncoded = {(r["model"], data): not_coding(r) for r in table_time.compute(results, size)}
+    except MissingResults:
+        uncoded = {}
+    for row in rows:
+        if not row["run"].startswith("cdc"):
+            continue
+        where = f"{row['model']} on {row['data']}"
+        faster = uncoded.get((row["model"], row["data"]))
+        if not row["reached"]:
+            out.append(f"- {where}: cdc never reached the target in {row['seeds']} seeds.")
+            continue
+        parts = []
+        for base in ("ssgd", "asgd"):
+            s = row["_stats"].get(base)
+            if not s:
+                continue
+            paper = row[f"paper_less_than_{base}_pct"]
+            names = " and ".join(name for name, *_ in faster or [])
+            said = by_coding(
+                verdict(s["mean"], paper, s["lo"], s["hi"]) if paper else "",
+                faster,
+                f", **but not by coding** (Table 1: {names} is faster than any coded r)",
+            )
+            here = f"{s['mean']:.1f}%" if s["mean"] >= 0 else f"{-s['mean']:.1f}% *more*"
+            parts.append(
+                f"{here} less time than {base.upper()} to the target"
+                + (f" (the paper: {paper:.2f}%): {said}" if paper else "")
+            )
+        for base in ("ssgd", "asgd"):
+            other = next(
+                (
+                    x
+                    for x in rows
+                    if (x["data"], x["model"], x["run"]) == (row["data"], row["model"], base)
+                ),
+                None,
+            )
+            if other is not None and not other["reached"]:
+                parts.append(
+                    f"{base.upper()} never reached it (0 of {other['seeds']} seeds): no "
+                    "reduction against it"
+                )
+        ddp = row["_stats"].get("ddp")
+        if ddp:
+            band = f" [{ddp['lo']:.2f}, {ddp['hi']:.2f}]" if ddp["lo"] is not None else ""
+            parts.append(f"{ddp['mean']:.2f}×{band} DDP's time to it")
+        out.append(
+            f"- {where}: cdc reaches {row['target']:.3f} in {row['to_target_s']:.1f} s "
+            f"({row['reached']} of {row['seeds']} seeds, median); " + "; ".join(parts) + "."
+        )
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

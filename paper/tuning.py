@@ -23,6 +23,13 @@ TUNED = ("paper_accuracy", "paper_accuracy_digits")
 COLUMNS = ["model", "algorithm", "momentum", "lr", "validation_accuracy", "picked"]
 
 
+#: Its section of the report: the title, the sweeps it reads (the section says "not run" where
+#: one has not) and the figures it shows.
+TITLE = "Tuning: every algorithm's learning rate, from the same grid"
+READS = GRIDS
+FIGURES = ()
+
+
 def setting(run: Run) -> tuple[float, float]:
     """``(lr, momentum)`` of a run, from the config Hydra saved for it (interpolations, such
     as the accuracy sweeps' ``${tuned...}``, resolved)."""
@@ -118,6 +125,25 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "The learning-rate grid: held-out accuracy (a fifth of the training samples) of each "
         "algorithm at each rate after the accuracy runs' steps, seed 0; * its pick.",
     )
+
+
+def section(results: Path, size: str) -> str:
+    table, columns = grid_table(compute(results, size))
+    out = [output.markdown(table, columns)]
+    chosen = picks(results, size)
+    out.append(
+        "Held-out accuracy (a fifth of the training samples, `dataset.validation=0.2`; the "
+        "test set unseen) after the accuracy runs' steps at seed 0; `*` marks each "
+        "algorithm's pick, the best of its grid (asgd's grid twice: with momentum 0.9 and "
+        "without, the usual remedy for K - 1 stale steps adding up). Figure 4 and Table 1b run "
+        "at these picks: "
+        + "; ".join(
+            f"{m} {a} lr {p['lr']:g}" + (f" momentum {p['momentum']:g}" if a == "asgd" else "")
+            for (m, a), p in sorted(chosen.items())
+        )
+        + "."
+    )
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

@@ -23,7 +23,19 @@ from omegaconf import OmegaConf
 from dcoded.coding import load_table
 from dcoded.coding.loads import exchange_table
 from dcoded.config import build_spec, compose_config
-from paper import cache, paths, report, results, sweep, table_time, tuning
+from paper import (
+    cache,
+    figure_accuracy,
+    paths,
+    report,
+    results,
+    sweep,
+    table_time,
+    table_to_accuracy,
+    tuning,
+    verdicts,
+)
+from paper.sections import SECTIONS
 from paper.sweep import split_overrides
 from paper.table_time import reduction
 
@@ -123,15 +135,15 @@ def test_overrides_for_one_experiment():
 def test_reductions_and_verdicts():
     assert reduction(46.03, 100.0) == pytest.approx(53.97)
     assert reduction(120.0, 100.0) == pytest.approx(-20.0)
-    assert "does not hold" in report.verdict(-3.0, 26.89)
-    assert report.verdict(50.0, 53.97).startswith("**holds**,")
-    assert "smaller" in report.verdict(10.0, 53.97)
-    assert "larger" in report.verdict(80.0, 26.89)
+    assert "does not hold" in verdicts.verdict(-3.0, 26.89)
+    assert verdicts.verdict(50.0, 53.97).startswith("**holds**,")
+    assert "smaller" in verdicts.verdict(10.0, 53.97)
+    assert "larger" in verdicts.verdict(80.0, 26.89)
     # with an interval over seeds, only what it supports
-    assert report.verdict(5.0, 26.89, -2.0, 12.0).startswith("**within noise**")
-    assert report.verdict(-5.0, 26.89, -9.0, -1.0).startswith("**does not hold here**")
-    assert report.verdict(50.0, 53.97, 45.0, 55.0).startswith("**holds**:")
-    assert "smaller" in report.verdict(10.0, 53.97, 8.0, 12.0)
+    assert verdicts.verdict(5.0, 26.89, -2.0, 12.0).startswith("**within noise**")
+    assert verdicts.verdict(-5.0, 26.89, -9.0, -1.0).startswith("**does not hold here**")
+    assert verdicts.verdict(50.0, 53.97, 45.0, 55.0).startswith("**holds**:")
+    assert "smaller" in verdicts.verdict(10.0, 53.97, 8.0, 12.0)
 
 
 def _fake_sweep(results: Path, experiment: str, summaries: list[dict], histories=None) -> None:
@@ -216,7 +228,7 @@ def test_the_verdict_rests_on_coding_in_play_not_on_r_1_or_r_K(tmp_path):
     assert dnn["less_than_ssgd_pct"] == pytest.approx(20.0)
     assert (dnn["r1_s"], dnn["rK_s"]) == (50.0, 30.0)
     assert (dnn["ddp_s"], dnn["ddp_run"]) == (20.0, "ddp")  # the faster of the two DDPs
-    text = report.result_time(tmp_path, "small")
+    text = table_time.section(tmp_path, "small")
     dnn_part, cnn_part = text.split("**CNN**")
     assert "against SSGD: 20.0% less time here" in dnn_part
     assert "holds in direction, but the saving is smaller" in dnn_part
@@ -249,7 +261,7 @@ def test_table_1_over_seeds_gives_intervals_and_says_within_noise(tmp_path):
     assert (s["lo"], s["hi"]) == pytest.approx((np.mean(per_seed) - half, np.mean(per_seed) + half))
     assert dnn["less_than_ssgd_ci"] == f"[{s['lo']:.1f}, {s['hi']:.1f}]"
     assert dnn["seeds"] == 3 and dnn["ssgd_s"] == 100.0  # the median over seeds
-    text = report.result_time(tmp_path, "small")
+    text = table_time.section(tmp_path, "small")
     dnn_part, cnn_part = text.split("**CNN**")
     asgd = _report_line(dnn_part, "- against ASGD:")
     assert "**within noise**" in asgd  # 52 against 50 +- 4%: the interval holds 0
@@ -291,8 +303,6 @@ def test_same_accuracy_is_judged_by_the_rule_and_each_sentence_is_its_table_row(
     """Five seeds: cdc within a tenth of a point of ssgd at every seed is the same; asgd three
     points below at every seed differs; ddp +-2 points at random is undecided. Every number in
     each generated sentence is its row's, as the table prints it."""
-    from paper import figure_accuracy
-
     ssgd = [0.80, 0.84, 0.79, 0.83, 0.81]
     finals = {
         "ssgd": ssgd,
@@ -306,12 +316,12 @@ def test_same_accuracy_is_judged_by_the_rule_and_each_sentence_is_its_table_row(
     assert rows["asgd"]["same_as_ssgd"] == "differs"
     assert rows["ddp"]["same_as_ssgd"] == "undecided"
     assert rows["ssgd"]["accuracy_std"] == pytest.approx(statistics.stdev(ssgd))
-    text = report.result_accuracy(tmp_path, "small")
+    text = figure_accuracy.section(tmp_path, "small")
     for run, row in rows.items():
         if run == "ssgd":
             continue
         line = _report_line(text, f"- dnn on synthetic MNIST-sized: {run} ends")
-        assert line == report.accuracy_sentence(row, rows["ssgd"])
+        assert line == figure_accuracy.accuracy_sentence(row, rows["ssgd"])
         numbers = re.findall(r"[+-]?\d+\.\d{4}", line)
         assert numbers[:3] == [
             f"{row['test_accuracy']:.4f}",
@@ -326,8 +336,6 @@ def test_same_accuracy_is_judged_by_the_rule_and_each_sentence_is_its_table_row(
 def test_time_to_accuracy_is_the_first_evaluation_at_the_target_of_each_seed(tmp_path):
     """The target is 95% of ssgd's final accuracy at the same seed; cdc's time to it and its
     reduction against ssgd per seed, recomputed from the histories by hand."""
-    from paper import table_to_accuracy
-
     ssgd = [0.80, 0.84, 0.79, 0.83, 0.81]
     finals = {"ssgd": ssgd, "asgd": [0.5] * 5, "ddp": ssgd, "cdc": ssgd}
     _accuracy_sweeps(tmp_path, finals)
@@ -339,7 +347,7 @@ def test_time_to_accuracy_is_the_first_evaluation_at_the_target_of_each_seed(tmp
     assert rows["cdc r=2"]["less_than_ssgd_pct"] == pytest.approx(100 * (1 - 0.09 / 0.3))
     assert rows["cdc r=2"]["less_than_asgd_pct"] is None  # asgd never reached it
     assert rows["cdc r=2"]["over_ddp"] == pytest.approx(1.5)
-    text = report.result_to_accuracy(tmp_path, "small")
+    text = table_to_accuracy.section(tmp_path, "small")
     line = _report_line(text, "- dnn on synthetic MNIST-sized: cdc reaches")
     assert f"in {50 * 0.09:.1f} s (5 of 5 seeds" in line
     assert f"{100 * (1 - 0.09 / 0.3):.1f}% less time than SSGD to the target" in line
@@ -349,10 +357,23 @@ def test_every_figure_drawn_is_embedded_once():
     """Against what the scripts drew (the figures committed with the report), not against
     the list of sections itself."""
     drawn = sorted(p.name for p in paths.figures(paths.OUTPUT).glob("*.png"))
-    embedded = sorted(f for *_, figures in report.SECTIONS for f in figures)
+    embedded = sorted(f for section in SECTIONS for f in section.FIGURES)
     assert embedded == drawn
     text = paths.report(paths.OUTPUT).read_text()
     assert [text.count(f"](figures/{f})") for f in drawn] == [1] * len(drawn)
+
+
+def test_one_list_of_sections_reads_every_sweep_stage_1_runs():
+    """``paper.sections`` is the one registry: each section draws and writes its part, reads
+    only sweeps stage 1 knows, and every sweep stage 1 runs is read by a section."""
+    read = set()
+    for section in SECTIONS:
+        assert callable(section.main) and callable(section.section), section.__name__
+        assert section.TITLE and isinstance(section.FIGURES, tuple), section.__name__
+        assert set(section.READS) <= set(paths.EXPERIMENTS), section.__name__
+        read |= set(section.READS)
+    assert read == set(paths.EXPERIMENTS)
+    assert len({section.TITLE for section in SECTIONS}) == len(SECTIONS)
 
 
 def _report_line(text: str, start: str, after: str = "") -> str:
@@ -511,7 +532,7 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    reading = [title for title, experiments, *_ in report.SECTIONS if experiments]
+    reading = [section.TITLE for section in SECTIONS if section.READS]
     assert len(reading) == 10
     assert text.count("not run") == len(reading)  # one per section that reads results
 

@@ -1,0 +1,115 @@
+"""The rules by which the report judges a claim, in one place: a reduction against the paper's
+(:func:`verdict`, with its interval over seeds), whether a saving is coding's
+(:func:`not_coding`, :func:`by_coding`), and whether one run is faster than another beyond the
+spread of its steps (:func:`apart`, :func:`pays`). Each section's sentences are beside its
+figure (:mod:`paper.sections`); the rules they state are here."""
+
+from __future__ import annotations
+
+
+def less_time(pct: float) -> str:
+    """A reduction against SSGD (percent) in words: less time, or *more* where negative."""
+    return f"{pct:.1f}% less time than SSGD" if pct >= 0 else f"{-pct:.1f}% *more* time than SSGD"
+
+
+def verdict(ours: float, paper: float, lo: float | None = None, hi: float | None = None) -> str:
+    """How a measured reduction (percent) compares with the paper's. With the 95% interval
+    of the reduction over seeds (``lo``, ``hi``), the verdict is only what the interval
+    supports: an interval that holds 0 is "within noise", whatever its mean."""
+    if lo is not None and hi is not None:
+        if hi < 0:
+            return (
+                f"**does not hold here**: cdc takes {-ours:.1f}% *more* time [{lo:.1f}, {hi:.1f}]"
+            )
+        if lo <= 0:
+            return f"**within noise**: the interval of the reduction, [{lo:.1f}, {hi:.1f}], holds 0"
+        if lo <= paper <= hi or abs(ours - paper) <= 10:
+            return (
+                f"**holds**: the paper's figure lies within 10 points of ours or inside its "
+                f"interval [{lo:.1f}, {hi:.1f}]"
+            )
+        if hi < paper:
+            return (
+                f"**holds in direction**, but the saving is smaller than the paper's (its interval "
+                f"[{lo:.1f}, {hi:.1f}])"
+            )
+        return (
+            "**holds**, and the saving is larger than the paper's (its interval "
+            f"[{lo:.1f}, {hi:.1f}])"
+        )
+    if ours <= 0:
+        return f"**does not hold here**: cdc takes {-ours:.1f}% *more* time"
+    if abs(ours - paper) <= 10:
+        return "**holds**, within 10 points of the paper's figure"
+    if ours < paper:
+        return "**holds in direction**, but the saving is smaller than the paper's"
+    return "**holds**, and the saving is larger than the paper's"
+
+
+def not_coding(row: dict) -> list[tuple[str, str, bool]]:
+    """The ends r = 1 and r = K that are faster than cdc's coded best beyond noise (the 95%
+    interval of their reduction against it, over seeds, above 0; with one seed, its mean
+    above 0): any saving is not coding's. Each as ``(name, how much faster, one seed)``."""
+    out = []
+    for end, name in (("r1_ahead", "r = 1"), ("rK_ahead", f"r = K = {row['K']}")):
+        s = row["_stats"].get(end)
+        if s and s["lo"] is not None and s["lo"] > 0:
+            band = f"[{s['lo']:.1f}, {s['hi']:.1f}]"
+            out.append((name, f"{s['mean']:.1f}% less time than the coded best {band}", False))
+        elif s and s["lo"] is None and s["mean"] > 0:
+            out.append((name, f"{s['mean']:.1f}% less time than the coded best; one seed", True))
+    return out
+
+
+def by_coding(said: str, faster: list[tuple[str, str, bool]], why: str) -> str:
+    """A verdict that holds, but where an r without coding is faster still: its bold moves to
+    "**but not by coding**", followed by ``why``."""
+    if not faster or not said.startswith("**holds"):
+        return said
+    return said.replace("**holds", "holds", 1).replace("**", "", 1) + why
+
+
+def apart(a: dict, b: dict) -> int:
+    """Whether run ``a``'s steps are faster than ``b``'s beyond the spread of one run: ``1``
+    where ``a``'s interquartile range over its steps lies wholly below ``b``'s, ``-1`` wholly
+    above, ``0`` where they overlap (within noise).
+
+    >>> apart({"p25_ms": 50, "p75_ms": 55}, {"p25_ms": 58, "p75_ms": 62})
+    1
+    >>> apart({"p25_ms": 50, "p75_ms": 60}, {"p25_ms": 58, "p75_ms": 62})
+    0
+    """
+    if None in (a.get("p25_ms"), a.get("p75_ms"), b.get("p25_ms"), b.get("p75_ms")):
+        return 0
+    if a["p75_ms"] < b["p25_ms"]:
+        return 1
+    if a["p25_ms"] > b["p75_ms"]:
+        return -1
+    return 0
+
+
+def pays(cm: dict, ddp: dict, cd: dict | None) -> str:
+    """Whether coding as multicast pays on a topology, from one run each: only where its
+    steps' interquartile range lies below DDP's and below the same shuffle's over TCP."""
+    against = [("DDP", apart(cm, ddp))] + (
+        [("the same shuffle over TCP", apart(cm, cd))] if cd else []
+    )
+    if all(v == 1 for _, v in against):
+        return (
+            "**pays** here: its steps' interquartile range lies below DDP's and below the same "
+            "shuffle's over TCP."
+        )
+    faster = [name for name, v in against if v == 1]
+    slower = [name for name, v in against if v == -1]
+    noise = [name for name, v in against if v == 0]
+    parts = []
+    if faster:
+        parts.append(f"it is faster than {' and '.join(faster)} beyond the steps' spread")
+    if noise:
+        parts.append(
+            f"within noise of {' and '.join(noise)} (their steps' interquartile ranges overlap)"
+        )
+    if slower:
+        parts.append(f"slower than {' and '.join(slower)}")
+    verdict_word = "**does not pay**" if slower else "is **within noise**"
+    return f"{verdict_word} here: {'; '.join(parts)}."
