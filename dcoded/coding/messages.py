@@ -42,9 +42,7 @@ def shuffle_receives(
 def message_values(p: Placement, tag: tuple) -> float:
     """How long message ``tag`` is, in units of ``d`` (the closed form: pieces and segments
     of lengths that do not divide evenly differ by one value)."""
-    if tag[0] in ("pkt", "hyb"):  # a packet of pieces of 1/m of a segment (m = r for CDC)
-        return 1 / (p.g * (len(tag[1]) - 1))
-    return 1 / p.g
+    return float(of_tag(tag).length(p, tag))
 
 
 def step_messages(

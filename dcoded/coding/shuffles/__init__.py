@@ -13,7 +13,7 @@ model run it, and ``tests/test_shuffles.py`` holds it to what every shuffle must
 
 from __future__ import annotations
 
-from dcoded.coding.shuffles.base import Load, Request, Shuffle, exact_length
+from dcoded.coding.shuffles.base import Load, Request, Shuffle
 from dcoded.coding.shuffles.coded import CODED
 from dcoded.coding.shuffles.hybrid import HYBRID
 from dcoded.coding.shuffles.summed import SUMMED
@@ -33,7 +33,6 @@ __all__ = [
     "Load",
     "Request",
     "Shuffle",
-    "exact_length",
     "of_tag",
     "scheme",
 ]

@@ -42,14 +42,6 @@ class Load:
         return Load(self.multicast * d * itemsize, self.unicast * d * itemsize)
 
 
-def exact_length(p: Placement, tag: tuple) -> Fraction:
-    """A message's length in units of ``d``, exactly: a packet of pieces of ``1/m`` of a
-    segment (``m = |S| - 1``), or a segment's worth."""
-    if tag[0] in ("pkt", "hyb"):
-        return Fraction(1, p.g * (len(tag[1]) - 1))
-    return Fraction(1, p.g)
-
-
 class Shuffle:
     """One gradient exchange. ``name``: its ``coding.shuffle``; ``kind``: the first element of
     its messages' tags (and their Dask key prefix); ``needs_plan``: whether it runs on a
@@ -75,6 +67,12 @@ class Shuffle:
     def fanout(self, p: Placement, tag: tuple) -> int:
         """How many receivers message ``tag`` has."""
         return 1
+
+    def length(self, p: Placement, tag: tuple) -> Fraction:
+        """How long message ``tag`` is, in units of ``d``, exactly (pieces and segments of
+        lengths that do not divide evenly differ by one value): a segment's worth, ``1/g``,
+        unless the scheme says otherwise."""
+        return Fraction(1, p.g)
 
     # -- the math of a worker
     def payload(

@@ -11,7 +11,7 @@ import numpy as np
 
 from dcoded.coding.codec import decode_piece, encode_packet, sum_in_order
 from dcoded.coding.placement import check_layout, label_without, piece_slices
-from dcoded.coding.shuffles.base import Load, Shuffle, exact_length
+from dcoded.coding.shuffles.base import Load, Shuffle
 
 
 def coded_shuffle(n_workers: int, redundancy: int) -> Load:
@@ -44,6 +44,9 @@ class Coded(Shuffle):
 
     def fanout(self, p, tag):
         return len(tag[1]) - 1
+
+    def length(self, p, tag):  # a packet of pieces of 1/r of a segment
+        return Fraction(1, p.g * (len(tag[1]) - 1))
 
     def payload(self, p, local, tag, grads, segments):
         return encode_packet(tag[1], local, grads, segments)
@@ -91,7 +94,7 @@ class Coded(Shuffle):
         if k in late:  # its own terms, and undecodable: every value whole
             return Fraction(comb(g - 1, r - 1), g) + Fraction(comb(g - 1, r), g)
         return sum(
-            (exact_length(p, tag) for tag, j in self.receives(p, k, plan) if j in late),
+            (self.length(p, tag) for tag, j in self.receives(p, k, plan) if j in late),
             Fraction(0),
         )
 

@@ -60,6 +60,9 @@ class Hybrid(Shuffle):
     def fanout(self, p, tag):
         return len(plan_of(p, tag[1]).receivers(tag[1], tag[2]))
 
+    def length(self, p, tag):  # a packet of pieces of 1/m of a segment
+        return Fraction(1, p.g * (len(tag[1]) - 1))
+
     def payload(self, p, local, tag, grads, segments):
         group, plan = tag[1], plan_of(p, tag[1])
         values = {
