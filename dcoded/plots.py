@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from dcoded.coding import Placement, load_table
+from dcoded.coding.shuffles import SCHEMES
 from dcoded.results import (
     PHASES,
     SEED,
@@ -179,10 +180,7 @@ BYTE_COUNTS = (
 #: What the kinds of message that ``transport_by_kind`` and ``dask_transfer_by_kind`` count
 #: are; a kind not named here is drawn by its own name.
 MESSAGE_KINDS = {
-    "pkt": "coded packets",
-    "unc": "uncoded values",
-    "sum": "pre-added sums",
-    "hyb": "hybrid packets",
+    **{s.kind: s.label for s in SCHEMES.values()},
     "red": "cross-cluster sums",
     "seg": "parameter segments",
     "grad": "gradients to the server",

@@ -12,6 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from dcoded.coding import best_m, hybrid_plan
+from dcoded.coding.shuffles import KINDS
 from dcoded.data import load_dataset, step_indices
 from dcoded.engine.replica import param_sha256
 from dcoded.models import build_model
@@ -50,6 +51,9 @@ CASES = [
     (4, 2, "summed", 2, "dnn"),
     (6, 2, "summed", 3, "dnn"),
     (4, 2, "summed", None, "cnn"),
+    (3, 2, "pieces", None, "dnn"),
+    (4, 3, "pieces", None, "dnn"),
+    (6, 2, "pieces", 3, "dnn"),
 ]
 TRANSPORTS = ["dask", "direct"]
 CNN = ["model.channels=[4,8]", "model.hidden=16"]
@@ -261,6 +265,8 @@ def test_ssgd_matches_serial_at_r1_closely(train):
         (6, 4, None, "hybrid"),
         (4, 3, None, "hybrid"),
         (6, 2, 3, "hybrid"),
+        (4, 2, None, "pieces"),
+        (6, 2, 3, "pieces"),
     ],
 )
 def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
@@ -269,6 +275,8 @@ def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
     gg = g or K
     # each packet carries at most one float32 of padding over the mean piece length
     n_packets = math.comb(gg - 1, r)  # sent per worker on average, coded or uncoded
+    if shuffle == "pieces":  # r pieces where CDC sends one packet
+        n_packets *= r
     if shuffle == "hybrid":  # the chosen family's packets, at the busiest sender
         plan = hybrid_plan(gg, r, s["hybrid_m"])
         n_packets = max(plan.packets(j) for j in range(gg))
@@ -278,8 +286,8 @@ def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):
     assert abs(b["params"] - b["theory_params"]) <= 4
     # what the transport moved is exactly the messages, once per receiver, and the segments
     kinds = b["transport_by_kind"]
-    assert set(kinds) <= {"pkt", "unc", "sum", "hyb", "red", "seg"}, "a map output moved"
-    shuffled = sum(kinds.get(k, 0) for k in ("pkt", "unc", "sum", "hyb", "red"))
+    assert set(kinds) <= {*KINDS, "red", "seg"}, "a map output moved"
+    shuffled = sum(kinds.get(k, 0) for k in (*KINDS, "red"))
     assert shuffled == pytest.approx(b["unicast"])
     assert kinds.get("seg", 0) == pytest.approx(b["params"])
     assert b["transport"] == pytest.approx(shuffled + kinds.get("seg", 0))

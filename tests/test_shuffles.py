@@ -26,6 +26,7 @@ def _plan(name: str, p: Placement):
 def test_the_registry_names_each_scheme_and_kind_once():
     assert SHUFFLES == tuple(SCHEMES) and len(set(SHUFFLES)) == len(SHUFFLES)
     assert {s.kind for s in SCHEMES.values()} == set(KINDS) and len(KINDS) == len(SCHEMES)
+    assert all(s.name and s.kind and s.label for s in SCHEMES.values())
     with pytest.raises(ValueError, match=r"coding\.shuffle=.ring. is not known: choose one of"):
         scheme("ring")
 

@@ -27,6 +27,7 @@ from dcoded.coding import Placement, hybrid_plan
 from dcoded.coding.codec import as_bits
 from dcoded.coding.hybrid import charged_value, feasible_m
 from dcoded.coding.messages import shuffle_receives
+from dcoded.coding.shuffles import SHUFFLES
 from dcoded.coding.stragglers import (
     backup_bound,
     backups,
@@ -58,7 +59,15 @@ LAYOUTS = [
     (5, 3, "summed", None),
     *[(5, 3, "hybrid", m) for m in feasible_m(5, 3)],
     *[(4, 3, "hybrid", m) for m in feasible_m(4, 3)],
+    (3, 2, "pieces", None),
+    (4, 2, "pieces", None),
+    (5, 3, "pieces", None),
 ]
+
+
+def test_every_registered_shuffle_is_held_to_the_rules_below():
+    """A new scheme joins LAYOUTS: not waiting for stragglers is part of what a shuffle gives."""
+    assert {shuffle for _, _, shuffle, _ in LAYOUTS} == set(SHUFFLES)
 
 
 def _gradients(p: Placement, d: int, seed: int) -> dict:
@@ -202,6 +211,7 @@ SLOW = ["straggle=slow", "straggle.workers=[1]", "straggle.speed=0.2"]
         (["coding.redundancy=2", "coding.shuffle=uncoded"], 1, STALLS),
         (["coding.redundancy=3", "coding.shuffle=hybrid", "coding.hybrid_m=2"], 2, SLOW),
         (["coding.redundancy=2", "coding.shuffle=hybrid"], 1, STALLS),
+        (["coding.redundancy=3", "coding.shuffle=pieces"], 2, STALLS),
         (["coding.redundancy=3"], 1, ["straggle=exp", "straggle.mean_ms=40"]),
         (
             ["cluster.n_workers=6", "coding.redundancy=2", "coding.group_size=3"],
@@ -218,6 +228,7 @@ SLOW = ["straggle=slow", "straggle.workers=[1]", "straggle.speed=0.2"]
         "uncoded-r2-stall",
         "hybrid-r3-slow",
         "hybrid-r2-stall",
+        "pieces-r3-stall",
         "coded-r3-exp-s1",
         "hierarchical-stall",
     ],

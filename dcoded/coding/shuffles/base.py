@@ -44,11 +44,13 @@ class Load:
 
 class Shuffle:
     """One gradient exchange. ``name``: its ``coding.shuffle``; ``kind``: the first element of
-    its messages' tags (and their Dask key prefix); ``needs_plan``: whether it runs on a
+    its messages' tags (and their Dask key prefix); ``label``: what its messages are, in a
+    figure's legend; ``needs_plan``: whether it runs on a
     :class:`~dcoded.coding.hybrid.HybridPlan` (``coding.hybrid_m``), passed as ``plan``."""
 
     name: str = ""
     kind: str = ""
+    label: str = ""
     needs_plan: bool = False
 
     # -- the messages of one step

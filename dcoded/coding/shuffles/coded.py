@@ -27,7 +27,7 @@ def coded_shuffle(n_workers: int, redundancy: int) -> Load:
 
 
 class Coded(Shuffle):
-    name, kind = "coded", "pkt"
+    name, kind, label = "coded", "pkt", "coded packets"
 
     def sends(self, p, local, plan=None):
         return [

@@ -42,7 +42,7 @@ def plan_of(p: Placement, group: tuple) -> HybridPlan:
 
 
 class Hybrid(Shuffle):
-    name, kind, needs_plan = "hybrid", "hyb", True
+    name, kind, label, needs_plan = "hybrid", "hyb", "hybrid packets", True
 
     def sends(self, p, local, plan=None):
         return [(("hyb", group, local), ks) for group, ks in plan.sends(local)]

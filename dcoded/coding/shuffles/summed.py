@@ -29,7 +29,7 @@ def summed_shuffle(n_workers: int, redundancy: int) -> Load:
 
 
 class Summed(Shuffle):
-    name, kind = "summed", "sum"
+    name, kind, label = "summed", "sum", "pre-added sums"
 
     def sends(self, p, local, plan=None):
         return [

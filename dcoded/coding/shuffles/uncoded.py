@@ -19,7 +19,7 @@ def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
 
 
 class Uncoded(Shuffle):
-    name, kind = "uncoded", "unc"
+    name, kind, label = "uncoded", "unc", "uncoded values"
 
     def sends(self, p, local, plan=None):
         out = []
