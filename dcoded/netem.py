@@ -275,98 +275,116 @@ def build(n_workers: int, links: Links, model: scale.ScaleModel | None = None) -
     run = f"{uuid.uuid4().hex[:6]}p{os.getpid()}"  # the builder's pid: cleanup spares a live run
     net = Network(run=run, hub=f"{prefix()}-{run}-hub", links=links, model=model)
     names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
-    hub = net.hub
     try:
         if model is not None:
             net.groups = scale.HostGroups(f"{prefix()}-{run}", names, model)
             net.awake = scale.CpusAwake()
-        _ip("netns", "add", hub)
-        _bridge(hub, "br0")
-        shape = links.shape
-        for q in range(shape.n_pods(n_workers)):
-            # the pod's uplink: pu{q} on the pod bridge, pc{q} on the core
-            _bridge(hub, f"pd{q}")
-            _uplink(hub, f"pu{q}", f"pd{q}", f"pc{q}", "br0")
-        for r in range(shape.n_racks(n_workers)):
-            # the rack's uplink: u{r} on the rack bridge, c{r} on the core (or its pod's bridge)
-            above = "br0" if (pod := shape.pod_of_rack(r)) is None else f"pd{pod}"
-            _bridge(hub, f"rk{r}")
-            _uplink(hub, f"u{r}", f"rk{r}", f"c{r}", above)
-        if links.topology == "bus":
-            _ip("link", "add", "ifb0", "type", "ifb", ns=hub)
-            _ip("link", "set", "ifb0", "up", ns=hub)
+        _build_hub(net, n_workers)
         for i, name in enumerate(names):
-            ns = f"{prefix()}-{run}-{name}"
-            host = Host(name, ns, f"{SUBNET}.{i + 1}", "eth0", links.host_rate(name))
-            _ip("netns", "add", host.ns)
-            net.hosts[name] = host  # from here on, destroy() removes it
-            _ip("link", "set", "lo", "up", ns=host.ns)
-            hub_end = f"v{i}"
-            # both ends are made in the hub; eth0 moves to the host's namespace at once
-            _ip(
-                "link",
-                "add",
-                "eth0",
-                "netns",
-                host.ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                hub_end,
-                ns=hub,
-            )
-            bridge = "br0"
-            if shape.racked and name.startswith("w"):
-                bridge = f"rk{shape.rack_of(n_workers)[int(name[1:])]}"
-            _ip("link", "set", hub_end, "master", bridge, ns=hub)
-            _ip("link", "set", hub_end, "up", ns=hub)
-            _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
-            _ip("link", "set", "eth0", "up", ns=host.ns)
-            # IP multicast leaves by the host's one link; a worker joins a group per receiver set
-            _ip("route", "add", "224.0.0.0/4", "dev", "eth0", ns=host.ns)
-            subprocess.run(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    host.ns,
-                    "sysctl",
-                    "-qw",
-                    "net.ipv4.igmp_max_memberships=1024",
-                ],
-                capture_output=True,
-                timeout=30,
-            )
-            if links.topology == "bus":  # every frame the host sends crosses the one medium
-                _tc(hub, "qdisc", "add", "dev", hub_end, "handle", "ffff:", "ingress")
-                _tc(
-                    hub,
-                    "filter",
-                    "add",
-                    "dev",
-                    hub_end,
-                    "parent",
-                    "ffff:",
-                    "protocol",
-                    "all",
-                    "u32",
-                    "match",
-                    "u32",
-                    "0",
-                    "0",
-                    "action",
-                    "mirred",
-                    "egress",
-                    "redirect",
-                    "dev",
-                    "ifb0",
-                )
+            _add_host(net, i, name, n_workers)
         _shape(net)
     except BaseException:
         destroy(net)
         raise
     return net
+
+
+def _build_hub(net: Network, n_workers: int) -> None:
+    """The hub's namespace and what lives in it before any host joins: the core bridge, the
+    pods' and racks' bridges with their uplinks, and the bus's IFB device."""
+    hub, shape = net.hub, net.links.shape
+    _ip("netns", "add", hub)
+    _bridge(hub, "br0")
+    for q in range(shape.n_pods(n_workers)):
+        # the pod's uplink: pu{q} on the pod bridge, pc{q} on the core
+        _bridge(hub, f"pd{q}")
+        _uplink(hub, f"pu{q}", f"pd{q}", f"pc{q}", "br0")
+    for r in range(shape.n_racks(n_workers)):
+        # the rack's uplink: u{r} on the rack bridge, c{r} on the core (or its pod's bridge)
+        above = "br0" if (pod := shape.pod_of_rack(r)) is None else f"pd{pod}"
+        _bridge(hub, f"rk{r}")
+        _uplink(hub, f"u{r}", f"rk{r}", f"c{r}", above)
+    if net.links.topology == "bus":
+        _ip("link", "add", "ifb0", "type", "ifb", ns=hub)
+        _ip("link", "set", "ifb0", "up", ns=hub)
+
+
+def _add_host(net: Network, i: int, name: str, n_workers: int) -> None:
+    """Host ``name`` (the ``i``-th): its namespace, joined to its bridge in the hub by a veth
+    pair (``eth0`` in the host, ``v{i}`` in the hub), with its address and multicast route."""
+    hub, shape = net.hub, net.links.shape
+    ns = f"{prefix()}-{net.run}-{name}"
+    host = Host(name, ns, f"{SUBNET}.{i + 1}", "eth0", net.links.host_rate(name))
+    _ip("netns", "add", host.ns)
+    net.hosts[name] = host  # from here on, destroy() removes it
+    _ip("link", "set", "lo", "up", ns=host.ns)
+    hub_end = f"v{i}"
+    # both ends are made in the hub; eth0 moves to the host's namespace at once
+    _ip(
+        "link",
+        "add",
+        "eth0",
+        "netns",
+        host.ns,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        hub_end,
+        ns=hub,
+    )
+    bridge = "br0"
+    if shape.racked and name.startswith("w"):
+        bridge = f"rk{shape.rack_of(n_workers)[int(name[1:])]}"
+    _ip("link", "set", hub_end, "master", bridge, ns=hub)
+    _ip("link", "set", hub_end, "up", ns=hub)
+    _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
+    _ip("link", "set", "eth0", "up", ns=host.ns)
+    # IP multicast leaves by the host's one link; a worker joins a group per receiver set
+    _ip("route", "add", "224.0.0.0/4", "dev", "eth0", ns=host.ns)
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            host.ns,
+            "sysctl",
+            "-qw",
+            "net.ipv4.igmp_max_memberships=1024",
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    if net.links.topology == "bus":  # every frame the host sends crosses the one medium
+        _onto_bus(hub, hub_end)
+
+
+def _onto_bus(hub: str, hub_end: str) -> None:
+    """Redirect all that enters the hub by ``hub_end`` (what its host sends) to the bus's IFB
+    device, whose one shaped queue every frame then crosses."""
+    _tc(hub, "qdisc", "add", "dev", hub_end, "handle", "ffff:", "ingress")
+    _tc(
+        hub,
+        "filter",
+        "add",
+        "dev",
+        hub_end,
+        "parent",
+        "ffff:",
+        "protocol",
+        "all",
+        "u32",
+        "match",
+        "u32",
+        "0",
+        "0",
+        "action",
+        "mirred",
+        "egress",
+        "redirect",
+        "dev",
+        "ifb0",
+    )
 
 
 def _bridge(ns: str, name: str) -> None:
