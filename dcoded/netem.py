@@ -494,7 +494,6 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
     _own_folder(log_dir)
     net.scratch = tempfile.mkdtemp(prefix=f"{net.hub.removesuffix('-hub')}-")  # mode 0700
     timers = scale.dask_timers(net.tdf) if net.model else {}  # Dask's own, dilated too
-    bindir = Path(sys.executable).parent
     sched = net.hosts["sched"]
     out = files.create(log_dir / "scheduler.log")  # closed by destroy()
     net.logs.append(out)
@@ -502,7 +501,7 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
         _in_ns(
             sched,
             [
-                str(bindir / "dask"),
+                _dask(),
                 "scheduler",
                 "--host",
                 sched.ip,
@@ -518,50 +517,68 @@ def start_dask(net: Network, log_dir: Path, connect_timeout_s: float = 60) -> No
         )
     )
     for host in net.workers():
-        # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker reaches the
-        # host's (straggle=slow: a group inside its own host's, under the scale model) through
-        # this process's root
-        cgroups = f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu"
-        extra = {}
-        if net.groups is not None:
-            cgroups += "/" + net.groups.cpu(host.name).name
-            extra["DCODED_HOST_CORES"] = repr(net.model.quota_cores)
+        env = _worker_env(net, host, timers)
         out = files.create(log_dir / f"worker-{host.name}.log")  # closed by destroy()
         net.logs.append(out)
         net.processes.append(
             _in_ns(
                 host,
-                [
-                    str(bindir / "dask"),
-                    "worker",
-                    net.scheduler_address,
-                    "--host",
-                    host.ip,
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                    "--name",
-                    host.name,
-                    "--death-timeout",
-                    str(connect_timeout_s),
-                    "--preload",
-                    "dcoded.engine.direct",
-                    "--local-directory",
-                    net.scratch,
-                ],
-                env={
-                    "OMP_NUM_THREADS": "1",
-                    "MKL_NUM_THREADS": "1",
-                    "DCODED_CGROUP_ROOT": cgroups,
-                    **extra,
-                    **timers,
-                },
+                _worker_argv(net, host, connect_timeout_s),
+                env=env,
                 net=net,
                 cpu=host_cpu(net, host.name, cpus),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
         )
+
+
+def _dask() -> str:
+    """The ``dask`` command of this Python's environment."""
+    return str(Path(sys.executable).parent / "dask")
+
+
+def _worker_argv(net: Network, host: Host, connect_timeout_s: float) -> list[str]:
+    """The command line of worker ``host``'s ``dask worker``."""
+    return [
+        _dask(),
+        "worker",
+        net.scheduler_address,
+        "--host",
+        host.ip,
+        "--nthreads",
+        "1",
+        "--no-dashboard",
+        "--name",
+        host.name,
+        "--death-timeout",
+        str(connect_timeout_s),
+        "--preload",
+        "dcoded.engine.direct",
+        "--local-directory",
+        net.scratch,
+    ]
+
+
+def _worker_env(net: Network, host: Host, timers: Mapping[str, str]) -> dict[str, str]:
+    """What worker ``host``'s ``dask worker`` adds to this process's environment: one thread
+    for OpenMP and MKL, where its CPU cgroups are (``DCODED_CGROUP_ROOT``), its host's cores
+    under the scale model, and Dask's ``timers``."""
+    # `ip netns exec` mounts a /sys of its own, without the cgroups: a worker reaches the
+    # host's (straggle=slow: a group inside its own host's, under the scale model) through
+    # this process's root
+    cgroups = f"/proc/{os.getpid()}/root/sys/fs/cgroup/cpu"
+    extra = {}
+    if net.groups is not None:
+        cgroups += "/" + net.groups.cpu(host.name).name
+        extra["DCODED_HOST_CORES"] = repr(net.model.quota_cores)
+    return {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "DCODED_CGROUP_ROOT": cgroups,
+        **extra,
+        **timers,
+    }
 
 
 def host_cpu(net: Network, name: str, cpus: list[int] | None = None) -> int | None:
