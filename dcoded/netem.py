@@ -786,9 +786,43 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     client of the emulated scheduler (``cluster.kind=address``); the interfaces' counters
     around its training loop give ``bytes_per_worker.wire``.
     """
-    cluster = cfg["cluster"]
     out_dir = Path(out_dir)
     _own_folder(out_dir / "netem")
+    child = _driver_config(cfg, net)
+    # the driver reads its config from a pipe: a file root wrote and a root child read back
+    # could be swapped in between; config.json is only the record of what it was given
+    text = json.dumps(child)
+    files.write_text(out_dir / "netem" / "config.json", text)
+    monitor = None
+    if net.model is not None:
+        monitor = scale.Monitor(net.groups, lambda: queue_counters(net)).start()
+    proc = _in_ns(
+        net.hosts["drv"],
+        [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
+        env=scale.dask_timers(net.tdf) if net.model else None,
+        net=net,
+        cpu=host_cpu(net, "drv"),
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    with contextlib.suppress(BrokenPipeError):  # a driver that died at once says why itself
+        proc.stdin.write(text)
+        proc.stdin.close()
+    try:
+        code = _wait_for_driver(proc, out_dir)
+    finally:
+        samples = monitor.stop() if monitor else None
+    if samples is not None:
+        _record_scale(out_dir, net, samples)
+    if code:
+        raise NetemRunFailed(code)
+    return json.loads((out_dir / "summary.json").read_text())
+
+
+def _driver_config(cfg: Mapping, net: Network) -> dict:
+    """The driver's config: ``cfg`` with its cluster that of a client of ``net``'s scheduler
+    (``cluster.kind=address``), saying where the wire and loss counters are."""
+    cluster = cfg["cluster"]
     child = copy.deepcopy(dict(cfg))
     child["cluster"] = {
         "kind": "address",
@@ -817,27 +851,15 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
             else {}
         ),
     }
-    # the driver reads its config from a pipe: a file root wrote and a root child read back
-    # could be swapped in between; config.json is only the record of what it was given
-    text = json.dumps(child)
-    files.write_text(out_dir / "netem" / "config.json", text)
-    monitor = None
-    if net.model is not None:
-        monitor = scale.Monitor(net.groups, lambda: queue_counters(net)).start()
-    proc = _in_ns(
-        net.hosts["drv"],
-        [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
-        env=scale.dask_timers(net.tdf) if net.model else None,
-        net=net,
-        cpu=host_cpu(net, "drv"),
-        stdin=subprocess.PIPE,
-        text=True,
-    )
-    with contextlib.suppress(BrokenPipeError):  # a driver that died at once says why itself
-        proc.stdin.write(text)
-        proc.stdin.close()
+    return child
+
+
+def _wait_for_driver(proc: subprocess.Popen, out_dir: Path) -> int:
+    """The driver's exit code. Interrupted (or failing) while waiting, it stops the driver as
+    one process group, :data:`STOP_WAIT_S` to write what it measured before it is killed, and
+    raises again."""
     try:
-        code = wait_interruptibly(proc)
+        return wait_interruptibly(proc)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)  # it writes what it measured, then exits
@@ -853,13 +875,6 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         raise
-    finally:
-        samples = monitor.stop() if monitor else None
-    if samples is not None:
-        _record_scale(out_dir, net, samples)
-    if code:
-        raise NetemRunFailed(code)
-    return json.loads((out_dir / "summary.json").read_text())
 
 
 def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
