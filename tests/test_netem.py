@@ -577,6 +577,148 @@ def test_queue_depth_is_a_setting():
         netem.destroy(net)
 
 
+# --------------------------------------------------------------------------- what build runs
+
+HUB = "ip -n P-RUN-hub"
+#: each shape built: (workers, links, the hub's bridges in the order made, each with its uplink
+#: as (bridge, its end of the uplink, the end above, the bridge above), each worker's bridge
+#: where it is not the core's ``br0``)
+WIRING = {
+    "switch": (2, netem.Links(rate_mbit=50), [], {}),
+    "bus": (3, netem.Links(rate_mbit=50, topology="bus"), [], {}),
+    "racks": (
+        4,
+        netem.Links(rate_mbit=100, topology="racks", rack_size=2, uplink_mbit=20),
+        [("rk0", "u0", "c0", "br0"), ("rk1", "u1", "c1", "br0")],
+        {"w0": "rk0", "w1": "rk0", "w2": "rk1", "w3": "rk1"},
+    ),
+    "fattree": (
+        8,
+        netem.Links(
+            rate_mbit=100,
+            topology="fattree",
+            rack_size=2,
+            uplink_mbit=50,
+            pod_racks=2,
+            pod_uplink_mbit=20,
+        ),
+        [
+            ("pd0", "pu0", "pc0", "br0"),
+            ("pd1", "pu1", "pc1", "br0"),
+            *((f"rk{r}", f"u{r}", f"c{r}", f"pd{r // 2}") for r in range(4)),
+        ],
+        {f"w{k}": f"rk{k // 2}" for k in range(8)},
+    ),
+}
+
+
+def _record_commands(monkeypatch, fail: str | None = None) -> list[str]:
+    """A list that fills with the commands netem runs from here on, in order, none of them
+    run: the prefix written ``P`` and the run's id ``RUN``. With ``fail``, a command that
+    contains it fails."""
+    ran = []
+
+    def run(cmd, **kw):
+        line = re.sub(r"P-[0-9a-f]{6}p\d+-", "P-RUN-", " ".join(cmd).replace(netem.prefix(), "P"))
+        ran.append(line)
+        return subprocess.CompletedProcess(cmd, int(fail is not None and fail in line), "", "")
+
+    monkeypatch.setattr(netem.subprocess, "run", run)
+    monkeypatch.setattr(netem, "check_available", lambda: None)
+    return ran
+
+
+def _hub_recipe(topology: str, wiring: list[tuple[str, str, str, str]]) -> list[str]:
+    out = ["ip netns add P-RUN-hub", f"{HUB} link add br0 type bridge", f"{HUB} link set br0 up"]
+    for bridge, low, high, above in wiring:
+        out += [f"{HUB} link add {bridge} type bridge", f"{HUB} link set {bridge} up"]
+        out.append(f"{HUB} link add {low} type veth peer name {high}")
+        for end, on in ((low, bridge), (high, above)):
+            out += [f"{HUB} link set {end} master {on}", f"{HUB} link set {end} up"]
+    if topology == "bus":
+        out += [f"{HUB} link add ifb0 type ifb", f"{HUB} link set ifb0 up"]
+    return out
+
+
+def _host_recipe(i: int, name: str, bridge: str, bus: bool) -> list[str]:
+    ns = f"P-RUN-{name}"
+    redirect = "parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0"
+    return [
+        f"ip netns add {ns}",
+        f"ip -n {ns} link set lo up",
+        f"{HUB} link add eth0 netns {ns} type veth peer name v{i}",
+        f"{HUB} link set v{i} master {bridge}",
+        f"{HUB} link set v{i} up",
+        f"ip -n {ns} addr add {netem.SUBNET}.{i + 1}/24 dev eth0",
+        f"ip -n {ns} link set eth0 up",
+        f"ip -n {ns} route add 224.0.0.0/4 dev eth0",
+        f"ip netns exec {ns} sysctl -qw net.ipv4.igmp_max_memberships=1024",
+        *(
+            [
+                f"tc -n P-RUN-hub qdisc add dev v{i} handle ffff: ingress",
+                f"tc -n P-RUN-hub filter add dev v{i} {redirect}",
+            ]
+            if bus
+            else []
+        ),
+    ]
+
+
+@pytest.mark.parametrize("shape", list(WIRING))
+def test_build_makes_the_hub_then_each_host_then_shapes_every_queue(monkeypatch, shape):
+    """The order of what build runs, with nothing run: the hub's bridges and uplinks, then
+    each host's namespace and link (onto the bus: its ingress redirected), then one token
+    bucket per shaped device, in the order :func:`netem._shape` sets them."""
+    n_workers, links, wiring, racks = WIRING[shape]
+    ran = _record_commands(monkeypatch)
+    netem.build(n_workers, links)
+    names = ["sched", *(f"w{k}" for k in range(n_workers)), "drv"]
+    expected = _hub_recipe(links.topology, wiring)
+    for i, name in enumerate(names):
+        expected += _host_recipe(i, name, racks.get(name, "br0"), links.topology == "bus")
+    assert ran[: len(expected)] == expected
+    shaped = [line.split() for line in ran[len(expected) :]]
+    assert all(words[3:5] == ["qdisc", "replace"] and "tbf" in words for words in shaped)
+    uplinks = {"u": links.uplink_mbit, "p": links.pod_uplink_mbit}
+    assert [(w[2].removeprefix("P-RUN-"), w[6], w[w.index("rate") + 1]) for w in shaped] == [
+        *(
+            queue
+            for i, name in enumerate(names)
+            for queue in (
+                (name, "eth0", f"{links.host_rate(name)}mbit"),
+                ("hub", f"v{i}", f"{links.host_rate(name)}mbit"),
+            )
+        ),
+        *([("hub", "ifb0", f"{float(links.rate_mbit)}mbit")] if shape == "bus" else []),
+        *(
+            ("hub", end, f"{float(uplinks[kind])}mbit")
+            for kind in ("u", "p")  # the racks' uplinks, then the pods'
+            for _, low, high, _ in wiring
+            if low.startswith(kind)
+            for end in (low, high)
+        ),
+    ]
+
+
+def test_a_failing_command_in_build_removes_what_was_made(monkeypatch):
+    """The first worker's veth pair fails: the error names the command, and the namespaces
+    made so far (the scheduler's, the worker's, the hub) are deleted with what runs in them."""
+    ran = _record_commands(monkeypatch, fail="netns P-RUN-w0 type veth")
+    with pytest.raises(dcoded.errors.NetemUnavailable, match=r"^`ip -n .*-hub link add eth0 netns"):
+        netem.build(2, netem.Links(rate_mbit=50))
+    made = ran.index("ip netns add P-RUN-w0")
+    assert ran[made:] == [
+        "ip netns add P-RUN-w0",
+        "ip -n P-RUN-w0 link set lo up",
+        f"{HUB} link add eth0 netns P-RUN-w0 type veth peer name v1",
+        *(
+            f"ip netns {verb} P-RUN-{ns}"
+            for ns in ("sched", "w0", "hub")
+            for verb in ("pids", "del")
+        ),
+    ]
+
+
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
