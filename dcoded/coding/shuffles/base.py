@@ -124,8 +124,14 @@ class Shuffle:
 
     def backup(self, p: Placement, k: int, late: set, plan: HybridPlan | None = None) -> Fraction:
         """The plain values owner ``k`` receives (units of ``d``) when each worker in ``late``
-        computed and sent nothing (:func:`dcoded.coding.stragglers.backup_bound`)."""
-        raise NotImplementedError
+        computed and sent nothing (:func:`dcoded.coding.stragglers.backup_bound`). By default,
+        for messages that stand alone: each one from a late sender replaced by as many plain
+        values, and a late owner's own terms."""
+        total = own_if_late(p, k, late)
+        for tag, j in self.receives(p, k, plan):
+            if j in late:
+                total += self.length(p, tag)
+        return total
 
     # -- closed forms
     def load(self, g: int, r: int, m: int | None = None) -> Load:

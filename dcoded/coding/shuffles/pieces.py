@@ -17,7 +17,7 @@ import numpy as np
 
 from dcoded.coding.codec import sum_in_order
 from dcoded.coding.placement import check_layout, label_without, piece_slices
-from dcoded.coding.shuffles.base import Load, Shuffle, own_if_late, stand_ins
+from dcoded.coding.shuffles.base import Load, Shuffle, stand_ins
 
 
 def pieces_shuffle(n_workers: int, redundancy: int) -> Load:
@@ -94,13 +94,6 @@ class Pieces(Shuffle):
             return [("g", label_without(tag[1], k), at.start, at.stop)]
 
         return stand_ins(self, p, k, late, arrived, plan, stand_in)
-
-    def backup(self, p, k, late, plan=None):
-        total = own_if_late(p, k, late)
-        for tag, j in self.receives(p, k, plan):
-            if j in late:
-                total += self.length(p, tag)
-        return total
 
     def load(self, g, r, m=None):
         return pieces_shuffle(g, r)

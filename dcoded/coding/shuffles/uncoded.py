@@ -8,7 +8,7 @@ from math import comb
 
 from dcoded.coding.codec import sum_in_order
 from dcoded.coding.placement import check_layout, label_without, uncoded_sender
-from dcoded.coding.shuffles.base import Load, Shuffle, own_if_late, stand_ins, whole
+from dcoded.coding.shuffles.base import Load, Shuffle, stand_ins, whole
 
 
 def uncoded_shuffle(n_workers: int, redundancy: int) -> Load:
@@ -54,13 +54,6 @@ class Uncoded(Shuffle):
         return stand_ins(
             self, p, k, late, arrived, plan, lambda tag, j: [whole(label_without(tag[1], k), seg)]
         )
-
-    def backup(self, p, k, late, plan=None):
-        total = own_if_late(p, k, late)
-        for tag, j in self.receives(p, k, plan):
-            if j in late:
-                total += self.length(p, tag)
-        return total
 
     def load(self, g, r, m=None):
         return uncoded_shuffle(g, r)
