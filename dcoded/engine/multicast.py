@@ -172,30 +172,8 @@ class MulticastLink(Link):
         self._marker_owed: dict[str, set[int]] = {}  # key not made yet -> ranks that asked for it
         self._seq = 0  # the sequence number of the next datagram this rank puts on the network
         self._heard: dict[int, int] = {}  # sender -> the highest sequence number had from it
-        self._rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:  # root may go past net.core.rmem_max
-            self._rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
-        except OSError:
-            self._rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        try:  # no SO_REUSEADDR: a port another process holds is an error, not a shared port
-            self._rx.bind(("", self.port))
-        except OSError as e:
-            self._rx.close()
-            raise PeerLost(
-                f"rank {rank} could not take UDP port {self.port} for the multicast transport "
-                f"({e.strerror}): another process holds it"
-            ) from None
-        me = socket.inet_aton(self.ips[rank])
-        for members in groups:
-            group = socket.inet_aton(group_address(run_id, members))
-            self._rx.setsockopt(
-                socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, struct.pack("4s4s", group, me)
-            )
-        self._rx.settimeout(0.2)
-        self._tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
-        self._tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
-        self._tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, me)
+        self._rx = _receiving_socket(run_id, rank, self.port, groups, self.ips[rank])
+        self._tx = _sending_socket(self.ips[rank])
         self._open = True
         for target in (self._receive, self._transmit):
             threading.Thread(target=target, daemon=True, name=f"dcoded udp {rank}").start()
@@ -456,6 +434,40 @@ class MulticastLink(Link):
                 s.close()
             except OSError:
                 pass
+
+
+def _receiving_socket(run_id: str, rank: int, port: int, groups, ip: str) -> socket.socket:
+    """Rank ``rank``'s socket for the datagrams of run ``run_id``: bound to ``port``, a member
+    of each multicast group of ``groups`` on the interface of ``ip``, its address."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:  # root may go past net.core.rmem_max
+        rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
+    except OSError:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    try:  # no SO_REUSEADDR: a port another process holds is an error, not a shared port
+        rx.bind(("", port))
+    except OSError as e:
+        rx.close()
+        raise PeerLost(
+            f"rank {rank} could not take UDP port {port} for the multicast transport "
+            f"({e.strerror}): another process holds it"
+        ) from None
+    me = socket.inet_aton(ip)
+    for members in groups:
+        group = socket.inet_aton(group_address(run_id, members))
+        rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, struct.pack("4s4s", group, me))
+    rx.settimeout(0.2)
+    return rx
+
+
+def _sending_socket(ip: str) -> socket.socket:
+    """The socket a rank sends its datagrams from: out of the interface of ``ip``, its
+    address, to this network alone, and not looped back to itself."""
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
+    return tx
 
 
 def _on_nack(run=None, rank=None, src=None, key=None, data=None) -> None:
