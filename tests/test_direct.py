@@ -171,3 +171,23 @@ def _bare_link(loop=None, peers=None) -> Link:
         Loop.asyncio_loop = asyncio.new_event_loop()
         Loop.asyncio_loop.close()
     return Link(RUN + "bare", 0, peers or ["a", "b", "c"], Worker())
+
+
+def test_an_owner_cuts_each_reply_into_its_requests_plain_values():
+    """A reply holds the plain values of the requests it answers, one after another: a term's
+    slice, or a whole value (``j = -1``: the length of the owner's segment)."""
+    from types import SimpleNamespace
+
+    from dcoded.coding.placement import segment_slices
+    from dcoded.engine.direct import _plain_values
+
+    st = SimpleNamespace(local=0, segments=segment_slices(40, 4))  # owner 0: 10 values
+    terms = [("g", (1, 2), 0, 10), ("g", (1, 3), 2, 5)]
+    whole = ("v", (0, 1, 3), -1)
+    replies = {"3/plain/2/0/0": (2, terms), "3/plain/3/0/1": (3, [whole])}
+    got = {"3/plain/2/0/0": np.arange(13.0), "3/plain/3/0/1": np.arange(100.0, 110.0)}
+    plain = _plain_values(st, got, replies)
+    assert list(plain) == [*terms, whole]
+    assert plain[terms[0]].tolist() == list(range(10))
+    assert plain[terms[1]].tolist() == [10, 11, 12]
+    assert plain[whole].tolist() == list(range(100, 110))

@@ -402,38 +402,19 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
             if len(arrived) == len(keys):
                 got = link.take({keys[t]: senders[keys[t]] for t in keys}, timeout)
                 return {tag: got[keys[tag]] for tag in keys}, {}, set()
-            missing = {keys[t]: senders[keys[t]] for t in keys if t not in arrived}
-            now = time.monotonic()
-            if now > deadline:
-                raise PeerTimeout(
-                    f"rank {rank} waited train.step_timeout_s={timeout:g}s for messages from "
-                    f"rank(s) {sorted(set(missing.values()))} (e.g. {next(iter(missing))})"
-                )
-            link.nudge(missing)
-            link.wait_change(version, min(link.poll_s, deadline - now))
-            continue
-        late = move.late
-        for h, rs in move.ask.items():
-            asked.update(dict.fromkeys(rs, h))
-            n = len(replies)
-            replies[f"{step}/plain/{p.global_id(c, h)}/{rank}/{n}"] = (h, rs)
-            ask = np.concatenate([[n], encode_requests(rs, p, spec.hybrid)]).astype(np.uint32)
-            link.send([(p.global_id(c, h), f"{step}/ask/{rank}/{n}", "ask", ask)])
-        waiting_for = {keys[t]: senders[keys[t]] for t in move.awaited}
-        waiting_for.update(
-            {key: p.global_id(c, h) for key, (h, _) in replies.items() if key not in box}
-        )
-        if not waiting_for and move.settled:
-            break
+            waiting_for = {keys[t]: senders[keys[t]] for t in keys if t not in arrived}
+        else:
+            late = move.late
+            _ask_for_plain(st, link, step, move.ask, asked, replies)
+            waiting_for = {keys[t]: senders[keys[t]] for t in move.awaited}
+            waiting_for.update(
+                {key: p.global_id(c, h) for key, (h, _) in replies.items() if key not in box}
+            )
+            if not waiting_for and move.settled:
+                break
         now = time.monotonic()
         if now > deadline:
-            raise PeerTimeout(
-                f"rank {rank} waited train.step_timeout_s={timeout:g}s for messages from "
-                f"rank(s) {sorted(set(waiting_for.values()))} (e.g. {next(iter(waiting_for))})"
-                if waiting_for
-                else f"rank {rank} waited train.step_timeout_s={timeout:g}s for a finished "
-                "holder of what the workers that gave up did not send"
-            )
+            raise _timed_out(rank, timeout, waiting_for)
         link.nudge(waiting_for)
         link.wait_change(version, min(link.poll_s, deadline - now))
     use = [t for t in keys if t in arrived]
@@ -444,14 +425,47 @@ def _receive_tolerant(st, link, step, grads, wanted, timeout):
         },
         timeout,
     )
+    return {t: got[keys[t]] for t in use}, _plain_values(st, got, replies), late
+
+
+def _ask_for_plain(st, link, step, ask: dict[int, list], asked: dict, replies: dict) -> None:
+    """Ask each holder ``h`` of ``ask`` for the plain values of its requests ``ask[h]``, in
+    one message; note whom each request went to (``asked``) and the key of each reply, with
+    its holder and requests (``replies``)."""
+    p, spec, rank, c = st.placement, st.spec, st.rank, st.cluster
+    for h, rs in ask.items():
+        asked.update(dict.fromkeys(rs, h))
+        n = len(replies)
+        replies[f"{step}/plain/{p.global_id(c, h)}/{rank}/{n}"] = (h, rs)
+        data = np.concatenate([[n], encode_requests(rs, p, spec.hybrid)]).astype(np.uint32)
+        link.send([(p.global_id(c, h), f"{step}/ask/{rank}/{n}", "ask", data)])
+
+
+def _timed_out(rank: int, timeout: float, waiting_for: dict) -> PeerTimeout:
+    """The error of an owner that waited ``timeout`` seconds for ``waiting_for`` (message key
+    -> sender), or, with none, for a finished holder to ask."""
+    if waiting_for:
+        return PeerTimeout(
+            f"rank {rank} waited train.step_timeout_s={timeout:g}s for messages from "
+            f"rank(s) {sorted(set(waiting_for.values()))} (e.g. {next(iter(waiting_for))})"
+        )
+    return PeerTimeout(
+        f"rank {rank} waited train.step_timeout_s={timeout:g}s for a finished "
+        "holder of what the workers that gave up did not send"
+    )
+
+
+def _plain_values(st, got: dict, replies: dict) -> dict:
+    """The plain value of each request, cut from the replies ``got`` (reply key -> the
+    values of its requests, one after another)."""
     plain = {}
     for key, (_, rs) in replies.items():
         reply, at = got[key], 0
         for request in rs:
-            n = length(request, me, st.segments)
+            n = length(request, st.local, st.segments)
             plain[request] = reply[at : at + n]
             at += n
-    return {t: got[keys[t]] for t in use}, plain, late
+    return plain
 
 
 def _serve(st: WorkerState, link: Link, step: int, asker: int, data) -> None:
@@ -494,11 +508,10 @@ def chunk_end(ctx: Context, start: int) -> int:
     return step + 1
 
 
-def train_direct(ctx: Context) -> np.ndarray:
-    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` over direct connections;
-    return the final ``θ`` (from rank 0)."""
+def _setup_ranks(ctx: Context) -> list:
+    """Run :func:`setup` on every rank (from the checkpoint resumed, if any); their futures."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    run, p = spec.run_id, spec.placement
+    run = spec.run_id
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
     # the multicast datagrams' authentication key: new for each run, never written anywhere
@@ -520,6 +533,35 @@ def train_direct(ctx: Context) -> np.ndarray:
     ]
     ctx.wait_all(last, "worker setup")
     ctx.collect("setup")  # setup's records are not training
+    return last
+
+
+def _submit_steps(ctx: Context, start: int, stop: int, after: list | None = None) -> list:
+    """The task of each rank for steps ``start..stop-1``, after ``after[k]`` (one submitted
+    ahead); a task after one the driver waited for depends on nothing, so the scheduler
+    forgets each finished task instead of keeping a chain back to the setup."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    return [
+        client.submit(
+            run_steps,
+            spec.run_id,
+            k,
+            start,
+            stop,
+            *([after[k]] if after else []),
+            key=task_key(spec.run_id, "steps", start, k),
+            **pinned(workers[k]),
+        )
+        for k in range(spec.n_workers)
+    ]
+
+
+def train_direct(ctx: Context) -> np.ndarray:
+    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` over direct connections;
+    return the final ``θ`` (from rank 0)."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    run, p = spec.run_id, spec.placement
+    last = _setup_ranks(ctx)
 
     def theta() -> np.ndarray:
         current = client.submit(registry.current_theta, run, 0, last[0], **pinned(workers[0]))
@@ -532,24 +574,6 @@ def train_direct(ctx: Context) -> np.ndarray:
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
-    def submit(start: int, stop: int, after: list | None = None) -> list:
-        """The task of each rank for steps ``start..stop-1``, after ``after[k]`` (one submitted
-        ahead); a task after one the driver waited for depends on nothing, so the scheduler
-        forgets each finished task instead of keeping a chain back to the setup."""
-        return [
-            client.submit(
-                run_steps,
-                run,
-                k,
-                start,
-                stop,
-                *([after[k]] if after else []),
-                key=task_key(run, "steps", start, k),
-                **pinned(workers[k]),
-            )
-            for k in range(spec.n_workers)
-        ]
-
     per_epoch = ctx.steps_per_epoch
     clock = Clock()
     ahead, done_at, step = None, 0.0, ctx.start_step  # from the clock's start
@@ -557,11 +581,11 @@ def train_direct(ctx: Context) -> np.ndarray:
         stop = chunk_end(ctx, step)
         # the clock stood still during bookkeeping: what the driver did since counts here
         t0 = done_at
-        current = ahead or submit(step, stop)  # the driver has waited for the last ones
+        current = ahead or _submit_steps(ctx, step, stop)  # the driver has waited for the last ones
         ahead = None
         if spec.pipeline and stop < spec.steps and not bookkeeping_due(ctx, stop - 1):
             # the next task waits on this one on each worker: no driver round trip between
-            ahead = submit(stop, chunk_end(ctx, stop), current)
+            ahead = _submit_steps(ctx, stop, chunk_end(ctx, stop), current)
         what = f"step {step}" if stop - step == 1 else f"steps {step}..{stop - 1}"
         wait_direct(ctx, current, what, spec.step_timeout_s * (stop - step))
         done_at = clock.now()
