@@ -240,7 +240,7 @@ def cdc_replicated(run_id: str, rank: int, step: int, *after) -> int:
 
 # --------------------------------------------------------------------------- the graph
 
-#: Steps between two new roots of the graph (see ``rooted`` in :func:`train_cdc`).
+#: Steps between two new roots of the graph (see :func:`_rooted`).
 ROOT_EVERY = 10
 
 
@@ -294,11 +294,11 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
     return updated
 
 
-def train_cdc(ctx: Context) -> np.ndarray:
-    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` on Dask futures; return the
-    final ``θ`` (gathered from the owners of cluster 0)."""
+def _setup(ctx: Context) -> list:
+    """Build every worker's replica (from the checkpoint resumed, if any); the futures of their
+    segments, which the first step's maps read."""
     spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    run, p = spec.run_id, spec.placement
+    run = spec.run_id
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
     segments = [
@@ -316,6 +316,35 @@ def train_cdc(ctx: Context) -> np.ndarray:
     ]
     ctx.wait_all(segments, "worker setup")
     ctx.collect("setup")  # setup's records are not training
+    return segments
+
+
+def _rooted(ctx: Context, step: int) -> list:
+    """The segments the maps of ``step`` read, from tasks that depend on nothing (the
+    driver has waited for the last update): each step's tasks depend on the step before,
+    and the scheduler keeps a finished task for as long as one that depends on it
+    exists, so without a new root now and then it would keep every task of the run."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    if spec.replicated:  # each step's only dependency is an ordering, already kept
+        return [None] * spec.n_workers
+    return [
+        client.submit(
+            registry.own_segment,
+            spec.run_id,
+            k,
+            key=task_key(spec.run_id, "seg", step - 1, "root", k),
+            **pinned(workers[k]),
+        )
+        for k in range(spec.n_workers)
+    ]
+
+
+def train_cdc(ctx: Context) -> np.ndarray:
+    """Run CDC steps from ``ctx.start_step`` to ``spec.steps`` on Dask futures; return the
+    final ``θ`` (gathered from the owners of cluster 0)."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    run, p = spec.run_id, spec.placement
+    segments = _setup(ctx)
 
     def theta() -> np.ndarray:
         if spec.replicated:
@@ -332,24 +361,6 @@ def train_cdc(ctx: Context) -> np.ndarray:
         ]
         return theta(), concat_shards(ctx.gather(states, "gathering optimizer shards"))
 
-    def rooted(step: int) -> list:
-        """The segments the maps of ``step`` read, from tasks that depend on nothing (the
-        driver has waited for the last update): each step's tasks depend on the step before,
-        and the scheduler keeps a finished task for as long as one that depends on it
-        exists, so without a new root now and then it would keep every task of the run."""
-        if spec.replicated:  # each step's only dependency is an ordering, already kept
-            return [None] * spec.n_workers
-        return [
-            client.submit(
-                registry.own_segment,
-                run,
-                k,
-                key=task_key(run, "seg", step - 1, "root", k),
-                **pinned(workers[k]),
-            )
-            for k in range(spec.n_workers)
-        ]
-
     per_epoch = ctx.steps_per_epoch
     clock = Clock()
     ahead, done_at = None, 0.0  # the first step starts with the clock
@@ -358,7 +369,7 @@ def train_cdc(ctx: Context) -> np.ndarray:
         # stood still during bookkeeping, so what the driver did since counts here
         t0 = done_at
         if ahead is None and step > ctx.start_step and step % ROOT_EVERY == 0:
-            segments = rooted(step)
+            segments = _rooted(ctx, step)
         current = ahead or submit_step(client, spec, workers, step, segments)
         ahead = None
         if spec.pipeline and step + 1 < spec.steps and not bookkeeping_due(ctx, step):
