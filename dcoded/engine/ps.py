@@ -148,106 +148,135 @@ def train_ssgd(ctx: Context) -> np.ndarray:
     return theta
 
 
-def train_asgd(ctx: Context) -> np.ndarray:
-    """Asynchronous parameter server; ``K * steps`` updates of ``B/K`` samples each. A lost
-    worker's update is handed to a live one and the run goes on with the workers left."""
-    spec, client = ctx.spec, ctx.client
-    workers = list(ctx.workers)
-    theta, optimizer = _setup(ctx)
-    per_epoch = ctx.steps_per_epoch
-    K, run = spec.n_workers, spec.run_id
-    total = K * spec.steps
-    next_update, version = K * ctx.start_step, 0
-    pending: dict = {}  # future -> (update index, version read, worker, seconds to send θ)
-    launches = [0]  # a relaunched update needs a key of its own
+class _Server:
+    """asgd's server: ``θ`` and the optimizer, the ``version`` (updates applied), and the
+    updates handed out and not yet applied (``pending``)."""
 
-    def launch(address: str, update: int | None = None) -> None:
-        nonlocal next_update
+    def __init__(self, ctx: Context):
+        spec = ctx.spec
+        self.ctx, self.K = ctx, spec.n_workers
+        self.workers = list(ctx.workers)  # a rank is its worker's place in the first list
+        self.theta, self.optimizer = _setup(ctx)
+        self.total = self.K * spec.steps
+        self.next_update, self.version = self.K * ctx.start_step, 0
+        self.pending: dict = {}  # future -> (update index, version read, worker, seconds to send θ)
+        self.launches = 0  # a relaunched update needs a key of its own
+        self.last_progress = 0.0  # when the last gradient arrived (or the first were launched)
+
+    def start(self) -> None:
+        """Hand each worker its first update."""
+        for address in self.workers[: min(self.K, self.total - self.next_update)]:
+            self.launch(address)
+        self.last_progress = time.monotonic()
+
+    def launch(self, address: str, update: int | None = None) -> None:
+        """Send ``θ`` to ``address`` and submit its gradient of ``update`` (the next one if
+        ``None``); a worker that died just now hands it on to another."""
+        ctx, run = self.ctx, self.ctx.spec.run_id
         if update is None:
-            update, next_update = next_update, next_update + 1
-        step, part = divmod(update, K)
+            update, self.next_update = self.next_update, self.next_update + 1
+        step, part = divmod(update, self.K)
         t = time.perf_counter()
         while True:
             try:
                 sent = ctx.bounded(
-                    "asgd", _send_theta, client, theta, address, check=ctx.check_connection
+                    "asgd", _send_theta, ctx.client, self.theta, address, check=ctx.check_connection
                 )
                 break
             except WorkerLost:  # the worker died just now: the update goes to another one
                 _drop_workers(ctx, {address, *ctx.lost_workers()})
                 address = ctx.workers[update % len(ctx.workers)]
-        future = client.submit(
+        future = ctx.client.submit(
             ps_grad,
             run,
-            workers.index(address),
+            self.workers.index(address),
             step,
             part,
             sent,
-            key=f"{task_key(run, 'grad', step, part)}/{launches[0]}",
+            key=f"{task_key(run, 'grad', step, part)}/{self.launches}",
             **pinned(address),
         )
-        pending[future] = (update, version, address, time.perf_counter() - t)
-        launches[0] += 1
+        self.pending[future] = (update, self.version, address, time.perf_counter() - t)
+        self.launches += 1
 
+    def wait(self) -> set:
+        """The pending updates done within :data:`POLL_S`; none when a worker was lost
+        meanwhile (its updates handed to live ones)."""
+        try:
+            done, _ = wait(list(self.pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            _reassign_lost(self.ctx, self.pending, self.launch)
+            return set()
+        except CancelledError:  # a worker died with the inputs of a pending update
+            if not _reassign_lost(self.ctx, self.pending, self.launch):
+                raise
+            return set()
+        return done
+
+    def apply(self, future, acc: _StepAccumulator) -> dict | None:
+        """Apply ``future``'s gradient, count it in ``acc`` and hand its worker the next
+        update: the worker's result, or ``None`` if it died with it (the update goes to a
+        live worker)."""
+        ctx = self.ctx
+        update, read_version, address, send_s = self.pending.pop(future)
+        t0 = time.monotonic()
+        try:
+            if future.status != "finished":
+                future.result()  # raises the worker's error
+            res = ctx.bounded(
+                "asgd", ctx.client.gather, future, direct=True, check=ctx.check_connection
+            )
+        except Exception:
+            if address not in ctx.lost_workers():
+                raise
+            # the worker died with its gradient: the update goes to a live worker
+            self.pending[future] = (update, read_version, address, send_s)
+            _reassign_lost(ctx, self.pending, self.launch)
+            return None
+        self.last_progress = t1 = time.monotonic()
+        self.theta = self.optimizer.step(res["grad"], ctx.spec.batch_size)
+        acc.add(
+            res,
+            staleness=self.version - read_version,
+            send_s=send_s,
+            gather_s=t1 - t0,
+            update_s=time.monotonic() - t1,
+        )
+        self.version += 1
+        if self.next_update < self.total:
+            self.launch(address)
+        return res
+
+
+def train_asgd(ctx: Context) -> np.ndarray:
+    """Asynchronous parameter server; ``K * steps`` updates of ``B/K`` samples each. A lost
+    worker's update is handed to a live one and the run goes on with the workers left."""
+    spec = ctx.spec
+    server = _Server(ctx)
+    per_epoch, K = ctx.steps_per_epoch, spec.n_workers
     clock = Clock()
     step, step_t0, acc = ctx.start_step, 0.0, _StepAccumulator()
-    for address in workers[: min(K, total - next_update)]:
-        launch(address)
-    last_progress = time.monotonic()
-    while pending:
-        if time.monotonic() - last_progress > spec.step_timeout_s:
+    server.start()
+    while server.pending:
+        if time.monotonic() - server.last_progress > spec.step_timeout_s:
             raise StepTimeout(
                 f"no asgd gradient arrived within train.step_timeout_s={spec.step_timeout_s:g}s"
             )
-        try:
-            done, _ = wait(list(pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            _reassign_lost(ctx, pending, launch)
-            continue
-        except CancelledError:  # a worker died with the inputs of a pending update
-            if not _reassign_lost(ctx, pending, launch):
-                raise
-            continue
-        for future in done:
-            update, read_version, address, send_s = pending.pop(future)
-            t0 = time.monotonic()
-            try:
-                if future.status != "finished":
-                    future.result()  # raises the worker's error
-                res = ctx.bounded(
-                    "asgd", client.gather, future, direct=True, check=ctx.check_connection
-                )
-            except Exception:
-                if address not in ctx.lost_workers():
-                    raise
-                # the worker died with its gradient: the update goes to a live worker
-                pending[future] = (update, read_version, address, send_s)
-                _reassign_lost(ctx, pending, launch)
+        for future in server.wait():
+            res = server.apply(future, acc)
+            if res is None or server.version % K:  # K updates = one step's B samples
                 continue
-            last_progress = t1 = time.monotonic()
-            theta = optimizer.step(res["grad"], spec.batch_size)
-            acc.add(
-                res,
-                staleness=version - read_version,
-                send_s=send_s,
-                gather_s=t1 - t0,
-                update_s=time.monotonic() - t1,
+            now = clock.now()
+            ctx.log.driver_step(
+                step,
+                epoch=step // per_epoch,
+                wall_s=now,
+                step_s=now - step_t0,
+                **acc.row(spec.batch_size, res["grad"].nbytes),
             )
-            version += 1
-            if next_update < total:
-                launch(address)
-            if version % K == 0:  # K updates = one step's B samples
-                now = clock.now()
-                ctx.log.driver_step(
-                    step,
-                    epoch=step // per_epoch,
-                    wall_s=now,
-                    step_s=now - step_t0,
-                    **acc.row(spec.batch_size, res["grad"].nbytes),
-                )
-                _after_server_step(ctx, step, clock, theta, optimizer)
-                step, step_t0, acc = step + 1, clock.now(), _StepAccumulator()
-    return theta
+            _after_server_step(ctx, step, clock, server.theta, server.optimizer)
+            step, step_t0, acc = step + 1, clock.now(), _StepAccumulator()
+    return server.theta
 
 
 def _reassign_lost(ctx: Context, pending: dict, launch) -> bool:
