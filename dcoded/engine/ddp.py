@@ -324,17 +324,19 @@ def _stops(ctx: Context) -> list[int]:
     return [*sorted(ends), spec.steps] if start < spec.steps else []
 
 
-def train_ddp(ctx: Context) -> np.ndarray:
-    """Set up one DDP rank per worker, run their loops from checkpoint to checkpoint and
-    follow them through their records."""
-    spec, client, workers = ctx.spec, ctx.client, ctx.workers
-    run, start, K = spec.run_id, ctx.start_step, spec.n_workers
-    shown, last_progress = 0, time.monotonic()
+class _Follower:
+    """The driver's view of the ranks' tasks: their records taken in, the progress bar moved
+    as steps finish (``shown`` of them so far), and a run with no step done for
+    ``train.step_timeout_s`` stopped."""
 
-    def follow(futures, what: str) -> list[dict]:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.shown, self.last_progress = 0, time.monotonic()
+
+    def follow(self, futures, what: str) -> list[dict]:
         """Wait for ``futures``, taking in the records and moving the progress bar as the
         ranks go; each result as soon as its task is done."""
-        nonlocal shown, last_progress
+        ctx = self.ctx
         pending, results, collected = set(futures), {}, 0.0
         while pending:
             try:
@@ -343,29 +345,47 @@ def train_ddp(ctx: Context) -> np.ndarray:
                 if isinstance(e, DcodedError) or not _a_peer_went_away(e):
                     raise
                 _lost_a_peer(ctx, str(e).splitlines()[0])
-            done = [f for f in futures if f not in pending and f.key not in results]
-            if done:
-                for f, result in zip(
-                    done, ctx.bounded(what, client.gather, done, direct=True), strict=True
-                ):
-                    results[f.key] = result
-                    if isinstance(result, dict) and "peer_lost" in result:
-                        _lost_a_peer(ctx, result["peer_lost"])
+            self._gather_done(futures, pending, results, what)
             if pending and time.monotonic() - collected < POLL_S:
                 continue  # the other ranks end their steps a moment later
             ctx.collect(what)
             collected = time.monotonic()
             check_finite(ctx.log.first_nonfinite_loss())
-            done_steps = ctx.log.steps_with_records(K)
-            if done_steps > shown:
-                last_progress = time.monotonic()
-                if ctx.progress is not None:
-                    ctx.progress.update(done_steps - shown)
-                shown = done_steps
-            elif pending and time.monotonic() - last_progress > spec.step_timeout_s:
-                raise StepTimeout(f"no ddp step finished within {spec.step_timeout_s:g}s")
+            self._progress(pending)
         return [results[f.key] for f in futures]
 
+    def _gather_done(self, futures, pending: set, results: dict, what: str) -> None:
+        """Put the result of each task done since into ``results`` (by key); a rank that lost
+        its peer is the worker lost."""
+        ctx = self.ctx
+        done = [f for f in futures if f not in pending and f.key not in results]
+        if done:
+            for f, result in zip(
+                done, ctx.bounded(what, ctx.client.gather, done, direct=True), strict=True
+            ):
+                results[f.key] = result
+                if isinstance(result, dict) and "peer_lost" in result:
+                    _lost_a_peer(ctx, result["peer_lost"])
+
+    def _progress(self, pending: set) -> None:
+        """Move the progress bar by the steps every rank has finished since; raise
+        :class:`StepTimeout` if none has for ``train.step_timeout_s`` while tasks still run."""
+        ctx, timeout = self.ctx, self.ctx.spec.step_timeout_s
+        done_steps = ctx.log.steps_with_records(ctx.spec.n_workers)
+        if done_steps > self.shown:
+            self.last_progress = time.monotonic()
+            if ctx.progress is not None:
+                ctx.progress.update(done_steps - self.shown)
+            self.shown = done_steps
+        elif pending and time.monotonic() - self.last_progress > timeout:
+            raise StepTimeout(f"no ddp step finished within {timeout:g}s")
+
+
+def _build_groups(ctx: Context, follower: _Follower) -> None:
+    """Open the rendezvous on worker 0 and build every rank's group from it (from the
+    checkpoint resumed, if any)."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    run, start = spec.run_id, ctx.start_step
     master = urlparse(workers[0]).hostname
     opened = client.submit(
         open_store,
@@ -393,9 +413,18 @@ def train_ddp(ctx: Context) -> np.ndarray:
         )
         for k, w in enumerate(workers)
     ]
-    follow(setups, "ddp: building the process group")
-    theta = theta0 if theta0 is not None else ctx.reference.theta
-    first = start
+    follower.follow(setups, "ddp: building the process group")
+
+
+def train_ddp(ctx: Context) -> np.ndarray:
+    """Set up one DDP rank per worker, run their loops from checkpoint to checkpoint and
+    follow them through their records."""
+    spec, client, workers = ctx.spec, ctx.client, ctx.workers
+    run = spec.run_id
+    follower = _Follower(ctx)
+    _build_groups(ctx, follower)
+    theta = ctx.resume.theta if ctx.resume else ctx.reference.theta
+    first = ctx.start_step
     for stop in _stops(ctx):
         ctx.log.loop_begins(first, ctx.steps_per_epoch)
         futures = [
@@ -404,7 +433,7 @@ def train_ddp(ctx: Context) -> np.ndarray:
             )
             for k, w in enumerate(workers)
         ]
-        result = follow(futures, "ddp")[0]
+        result = follower.follow(futures, "ddp")[0]
         if "closed" in result:
             raise WorkerLost("ddp: the run was torn down while it trained")
         theta = result["theta"]
