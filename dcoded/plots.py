@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -335,17 +336,24 @@ def phases_figure(run_dir: str | Path):
     times = phase_times(history)
     fig = _figure(f"{describe(summary)}\n{run_dir}", figsize=(11, 5.2))
     left, right = fig.subplots(1, 2, width_ratios=(1.3, 1))
+    _phase_lines(left, history, times)
+    _phase_spread(right, summary, times)
+    return fig
+
+
+def _phase_lines(ax, history: Sequence[Mapping], times: Mapping[str, np.ndarray]) -> None:
+    """The left panel of :func:`phases_figure`: each phase's time against the step."""
     steps = _floats(history, "step") + 1
     for name, ms in times.items():
-        left.plot(steps, ms, label=name, color=_phase_color(name), lw=1.5 if name == "step" else 1)
-    left.set_yscale("log")
-    left.set_xlabel("step")
-    _whole_steps(left.xaxis)
-    left.set_ylabel("ms (log scale)")
-    left.set_title("time per step")
-    left.grid(alpha=0.3, which="both")
+        ax.plot(steps, ms, label=name, color=_phase_color(name), lw=1.5 if name == "step" else 1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    _whole_steps(ax.xaxis)
+    ax.set_ylabel("ms (log scale)")
+    ax.set_title("time per step")
+    ax.grid(alpha=0.3, which="both")
     if times:
-        left.legend(
+        ax.legend(
             fontsize="small",
             ncol=len(times),
             loc="upper center",
@@ -355,17 +363,22 @@ def phases_figure(run_dir: str | Path):
             columnspacing=1.0,
         )
     else:
-        _none_drawn(left, "no step timed in history.csv")
+        _none_drawn(ax, "no step timed in history.csv")
+
+
+def _phase_spread(ax, summary: Mapping, times: Mapping[str, np.ndarray]) -> None:
+    """The right panel of :func:`phases_figure`: each phase's spread over the steps, beside
+    its bound where the run was on the emulated network."""
     bounds = {k: v for k, v in phase_bounds(summary).items() if k in PHASES}
     names = list(times)
     for y, name in enumerate(names):
         ms = times[name][~np.isnan(times[name])]
         p5, p25, med, p75, p95 = np.percentile(ms, [5, 25, 50, 75, 95])
         color = _phase_color(name)
-        right.hlines(y, p5, p95, color=color, lw=1)
-        right.barh(y, p75 - p25, left=p25, height=0.5, color=color, alpha=0.35)
-        right.plot([med, med], [y - 0.3, y + 0.3], color=color, lw=2.5)
-        right.annotate(
+        ax.hlines(y, p5, p95, color=color, lw=1)
+        ax.barh(y, p75 - p25, left=p25, height=0.5, color=color, alpha=0.35)
+        ax.plot([med, med], [y - 0.3, y + 0.3], color=color, lw=2.5)
+        ax.annotate(
             f"{med:.2f}",
             (max(p95, 1e3 * bounds.get(name, 0.0)), y),
             xytext=(4, 0),
@@ -374,7 +387,7 @@ def phases_figure(run_dir: str | Path):
             fontsize="small",
         )
         if name in bounds:
-            right.plot(
+            ax.plot(
                 1e3 * bounds[name],
                 y,
                 "D",
@@ -382,33 +395,30 @@ def phases_figure(run_dir: str | Path):
                 mec="k",
                 ms=8,
                 mew=1.5,
-                label=None if right.get_legend_handles_labels()[0] else _bound_label(summary),
+                label=None if ax.get_legend_handles_labels()[0] else _bound_label(summary),
             )
-    right.set_yticks(range(len(names)), names)
-    right.set_ylim(len(names) - 0.5, -0.5)
-    right.set_xlim(left=0)
-    right.margins(x=0.15)
-    right.set_xlabel("ms per step")
-    right.set_title(
+    ax.set_yticks(range(len(names)), names)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_xlim(left=0)
+    ax.margins(x=0.15)
+    ax.set_xlabel("ms per step")
+    ax.set_title(
         "over the steps: median (its value at right),\nquartiles (box), 5th to 95th percentile",
         fontsize="medium",
     )
-    right.grid(alpha=0.3, axis="x")
-    if right.get_legend_handles_labels()[0]:
-        right.legend(
-            fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False
-        )
+    ax.grid(alpha=0.3, axis="x")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     if summary.get("algorithm") == "ddp":
-        right.text(
+        ax.text(
             0.98,
             0.02,
             "ddp: map includes the all-reduce (shuffle)",
             ha="right",
-            transform=right.transAxes,
+            transform=ax.transAxes,
             fontsize="small",
             color="0.4",
         )
-    return fig
 
 
 def byte_counts(summary: Mapping) -> list[tuple[str, float | None, float | None]]:
@@ -445,9 +455,40 @@ def bytes_figure(run_dir: str | Path):
     by_kind = b.get("transport_by_kind") or b.get("dask_transfer_by_kind") or {}
     fig = _figure(f"{describe(summary)}\n{run_dir}", figsize=(11 if by_kind else 7.5, 4.8))
     axes = fig.subplots(1, 2, width_ratios=(1.6, 1)) if by_kind else [fig.subplots()]
-    ax = axes[0]
-    counts = byte_counts(summary)
+    _byte_counts_panel(axes[0], byte_counts(summary))
+    if by_kind:
+        _bytes_by_kind(axes[1], by_kind, summary.get("transport"))
+    return fig
+
+
+def _byte_counts_panel(ax, counts: Sequence[tuple]) -> None:
+    """The left panel of :func:`bytes_figure`: each of ``counts`` (:func:`byte_counts`)
+    measured beside its closed form."""
     top = max([v for _, m, t in counts for v in (m, t) if v is not None] or [1.0]) or 1.0
+    _byte_count_bars(ax, counts, top)
+    labels = dict(BYTE_COUNTS)
+    ax.set_yticks(range(len(counts)), [labels[c] for c, _, _ in counts])
+    ax.set_ylim(len(counts) - 0.5, -0.5)
+    ax.set_xlim(0, 1.65 * top)
+    _thousands(ax.xaxis)
+    ax.set_xlabel("bytes per worker per step (mean over the steps)")
+    ax.set_title("measured beside the closed form")
+    ax.grid(alpha=0.3, axis="x")
+    handles, names = ax.get_legend_handles_labels()
+    if handles:  # measured first, whichever side the first count drew
+        order = sorted(range(len(names)), key=lambda i: names[i] != "measured")
+        ax.legend(
+            [handles[i] for i in order],
+            [names[i] for i in order],
+            fontsize="small",
+            loc="lower right",
+        )
+
+
+def _byte_count_bars(ax, counts: Sequence[tuple], top: float) -> None:
+    """A bar for each side of each count, its value beside it (and the measured one's ratio to
+    the closed form); where a side is missing, a grey note says so (``top``: the longest bar,
+    which places the notes)."""
     labelled = set()
     for y, (_, measured, theory) in enumerate(counts):
         for dy, value, side, color in [
@@ -479,46 +520,30 @@ def bytes_figure(run_dir: str | Path):
                 va="center",
                 fontsize="small",
             )
-    labels = dict(BYTE_COUNTS)
-    ax.set_yticks(range(len(counts)), [labels[c] for c, _, _ in counts])
-    ax.set_ylim(len(counts) - 0.5, -0.5)
-    ax.set_xlim(0, 1.65 * top)
-    _thousands(ax.xaxis)
-    ax.set_xlabel("bytes per worker per step (mean over the steps)")
-    ax.set_title("measured beside the closed form")
-    ax.grid(alpha=0.3, axis="x")
-    handles, names = ax.get_legend_handles_labels()
-    if handles:  # measured first, whichever side the first count drew
-        order = sorted(range(len(names)), key=lambda i: names[i] != "measured")
-        ax.legend(
-            [handles[i] for i in order],
-            [names[i] for i in order],
+
+
+def _bytes_by_kind(ax, by_kind: Mapping[str, float], transport: str | None) -> None:
+    """The right panel of :func:`bytes_figure`: what ``transport`` moved (Dask, where none
+    is named), by kind of message."""
+    kinds = list(by_kind)
+    ax.barh(range(len(kinds)), [by_kind[k] for k in kinds], height=0.5, color="C2")
+    for y, k in enumerate(kinds):
+        ax.annotate(
+            f"{by_kind[k]:,.0f}",
+            (by_kind[k], y),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
             fontsize="small",
-            loc="lower right",
         )
-    if by_kind:
-        right = axes[1]
-        kinds = list(by_kind)
-        right.barh(range(len(kinds)), [by_kind[k] for k in kinds], height=0.5, color="C2")
-        for y, k in enumerate(kinds):
-            right.annotate(
-                f"{by_kind[k]:,.0f}",
-                (by_kind[k], y),
-                xytext=(3, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize="small",
-            )
-        right.set_yticks(range(len(kinds)), [f"{MESSAGE_KINDS.get(k, k)}\n({k})" for k in kinds])
-        right.set_ylim(len(kinds) - 0.5, -0.5)
-        right.set_xlim(0, 1.35 * max(by_kind.values()) or 1.0)
-        _thousands(right.xaxis)
-        right.set_xlabel("bytes per worker per step")
-        transport = summary.get("transport")
-        moved = f"moved by transport={transport}" if transport else "Dask transfers"
-        right.set_title(f"{moved}, by kind")
-        right.grid(alpha=0.3, axis="x")
-    return fig
+    ax.set_yticks(range(len(kinds)), [f"{MESSAGE_KINDS.get(k, k)}\n({k})" for k in kinds])
+    ax.set_ylim(len(kinds) - 0.5, -0.5)
+    ax.set_xlim(0, 1.35 * max(by_kind.values()) or 1.0)
+    _thousands(ax.xaxis)
+    ax.set_xlabel("bytes per worker per step")
+    moved = f"moved by transport={transport}" if transport else "Dask transfers"
+    ax.set_title(f"{moved}, by kind")
+    ax.grid(alpha=0.3, axis="x")
 
 
 def run_figures(run_dir: str | Path) -> dict:
@@ -568,7 +593,30 @@ def sweep_figure(sweep_dir: str | Path):
     fig = _figure(title, figsize=(3.6 * len(SWEEP_METRICS), 3.2 * len(xs) + 0.6))
     axes = np.atleast_2d(fig.subplots(len(xs), len(SWEEP_METRICS), squeeze=False))
     for i, key in enumerate(xs):
-        others = [k for k in keys if k not in (key, SEED)]
+        against = _Against.of(key, [k for k in keys if k not in (key, SEED)], done)
+        for col, (metric, heading, ylabel, from_zero) in enumerate(SWEEP_METRICS):
+            _sweep_panel(axes[i, col], against, metric, heading, ylabel, from_zero)
+        if against.others:
+            axes[i, -1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+    return fig
+
+
+@dataclass
+class _Against:
+    """The finished jobs' rows of a sweep's table as :func:`sweep_figure` draws them against
+    one swept setting (``key``): its values in the order along x (sorted where they are all
+    numbers), each one's x (``position``, by its ``repr``), and the rows grouped by the
+    ``others`` settings (the seed apart), one line per group."""
+
+    key: str
+    others: list[str]
+    values: list
+    numeric: bool
+    position: dict[str, object]
+    groups: dict[tuple, list[dict]]
+
+    @classmethod
+    def of(cls, key: str, others: list[str], done: Sequence[Mapping]) -> _Against:
         values = list(dict.fromkeys(r[key] for r in done))
         numeric = _numeric(values)
         if numeric:
@@ -577,47 +625,60 @@ def sweep_figure(sweep_dir: str | Path):
         groups: dict[tuple, list[dict]] = {}
         for r in done:
             groups.setdefault(tuple(repr(r[k]) for k in others), []).append(r)
-        for col, (metric, heading, ylabel, from_zero) in enumerate(SWEEP_METRICS):
-            ax = axes[i, col]
-            drawn = False
-            for g, mine in enumerate(groups.values()):
-                x, y, err = [], [], []
-                for v in values:
-                    here = [r[metric] for r in mine if repr(r[key]) == repr(v)]
-                    here = [m for m in here if m is not None]
-                    if here:
-                        x.append(position[repr(v)])
-                        y.append(float(np.mean(here)))
-                        err.append(float(np.std(here, ddof=1)) if len(here) > 1 else 0.0)
-                drawn = drawn or bool(x)
-                label = ", ".join(f"{k}={_label(mine[0][k])}" for k in others) or None
-                ax.errorbar(
-                    x,
-                    y,
-                    yerr=err if any(err) else None,
-                    fmt="o-",
-                    capsize=3,
-                    color=f"C{g}",
-                    label=label,
-                    **_under(g, len(groups)),
-                )
-            if not numeric:
-                ax.set_xticks(range(len(values)), [_label(v) for v in values])
-            elif all(isinstance(v, int) for v in values):
-                ax.set_xticks(values)
-            ax.set_xlabel(key)
-            ax.set_ylabel(ylabel)
-            ax.set_title(heading, fontsize="medium")
-            ax.grid(alpha=0.3)
-            if from_zero:
-                ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))
-            if metric.endswith("_bytes"):
-                _thousands(ax.yaxis)
-            if not drawn:
-                _none_drawn(ax, "not measured")
-        if others:
-            axes[i, -1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
-    return fig
+        return cls(key, others, values, numeric, position, groups)
+
+    def points(self, mine: Sequence[Mapping], metric: str) -> tuple[list, list, list]:
+        """``(x, y, err)`` of one group's line: at each value of the setting where some row
+        has ``metric``, the mean over those rows and their standard deviation (0 for one).
+
+        >>> a = _Against.of("r", [], [{"r": 2, "m": 1.0}, {"r": 1, "m": 3.0}, {"r": 1, "m": 5.0}])
+        >>> a.points(next(iter(a.groups.values())), "m")
+        ([1, 2], [4.0, 1.0], [1.4142135623730951, 0.0])
+        """
+        x, y, err = [], [], []
+        for v in self.values:
+            here = [r[metric] for r in mine if repr(r[self.key]) == repr(v)]
+            here = [m for m in here if m is not None]
+            if here:
+                x.append(self.position[repr(v)])
+                y.append(float(np.mean(here)))
+                err.append(float(np.std(here, ddof=1)) if len(here) > 1 else 0.0)
+        return x, y, err
+
+
+def _sweep_panel(
+    ax, against: _Against, metric: str, heading: str, ylabel: str, from_zero: bool
+) -> None:
+    """One panel of :func:`sweep_figure`: ``metric`` against the setting, a line per group."""
+    drawn = False
+    for g, mine in enumerate(against.groups.values()):
+        x, y, err = against.points(mine, metric)
+        drawn = drawn or bool(x)
+        label = ", ".join(f"{k}={_label(mine[0][k])}" for k in against.others) or None
+        ax.errorbar(
+            x,
+            y,
+            yerr=err if any(err) else None,
+            fmt="o-",
+            capsize=3,
+            color=f"C{g}",
+            label=label,
+            **_under(g, len(against.groups)),
+        )
+    if not against.numeric:
+        ax.set_xticks(range(len(against.values)), [_label(v) for v in against.values])
+    elif all(isinstance(v, int) for v in against.values):
+        ax.set_xticks(against.values)
+    ax.set_xlabel(against.key)
+    ax.set_ylabel(ylabel)
+    ax.set_title(heading, fontsize="medium")
+    ax.grid(alpha=0.3)
+    if from_zero:
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))
+    if metric.endswith("_bytes"):
+        _thousands(ax.yaxis)
+    if not drawn:
+        _none_drawn(ax, "not measured")
 
 
 def save(fig, path: Path) -> Path:
