@@ -402,22 +402,27 @@ def read(sweep_dirs: list[Path]) -> tuple[list[dict], str, list[str]]:
     add_ratios(rows)
     rows = combine(rows)
     rows.sort(key=_order(rows))
+    return rows, _header(done, rows, len(set(repeat_of.values()))), unfinished
+
+
+def _header(done: list[dict], rows: list[dict], repeats: int) -> str:
+    """The line above the table: what the finished jobs (``done``) ran, on which network and
+    data, over how many repeats."""
     summaries = [j["summary"] for j in done]
     nets = [s["environment"].get("netem") or {} for s in summaries]
     rates = _values(f"{n['bandwidth_mbit']:g}" for n in nets if n)
     shapes = _values(filter(None, (_shape(j["dir"]) for j in done)))
-    header = (
+    return (
         f"dcoded bench: K={_values(s['n_workers'] for s in summaries)}, "
         f"cluster={_values(s['environment'].get('cluster') for s in summaries)}"
         + (f" at {rates} Mbit/s per link ({_values(r['topology'] for r in rows)})" if rates else "")
         + f", {_values(s['dataset'] for s in summaries)} {shapes}".rstrip()
         + f", B={_values(s['batch_size'] for s in summaries)}"
         + f", {_values(s['steps'] for s in summaries)} steps"
-        + (f", {len(set(repeat_of.values()))} repeats" if len(set(repeat_of.values())) > 1 else "")
+        + (f", {repeats} repeats" if repeats > 1 else "")
         + "; times are medians per step; bytes per worker per step; vs_*: step time over that "
         "baseline's, same sweep"
     )
-    return rows, header, unfinished
 
 
 #: A repeat's own sweep folder inside the bench's (``--repeats``): ``repeat-1``, ``repeat-2``...
@@ -517,6 +522,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The bench's command line: run its sweeps (or only ``--read`` some), then write and
+    print its table. Exits 2 on a bad flag or folder; 1 where a sweep failed, a job did not
+    finish or none did."""
     args = parser().parse_args(argv)
     if args.read:
         out = args.read[0]
@@ -537,32 +545,44 @@ def main(argv: list[str] | None = None) -> int:
         from dcoded.config import compose_config
 
         n_workers = args.workers or compose_config(["experiment=bench"]).cluster.n_workers
-        failed = 0
         if args.repeats < 1:
             print(f"error: --repeats {args.repeats}: give 1 or more", file=sys.stderr)
             return 2
-        for i in range(1, args.repeats + 1):  # interleaved: all of repeat 1, then 2...
-            where = out / f"{REPEAT}{i}" if args.repeats > 1 else out
-            where.mkdir(parents=True, exist_ok=True)
-            for sweep in sweeps(args, n_workers):
-                code = run_sweep(sweep, where)
-                if code:
-                    failed = code
-                    print(
-                        f"error: {sweep[0]} ended with status {code}; its log: "
-                        f"{where / sweep[0].split('=')[1]}.log",
-                        file=sys.stderr,
-                    )
-    rows, header, unfinished = read(args.read or [out])
+        failed = _run_sweeps(args, n_workers, out)
+    return _report(args.read or [out], out, failed)
+
+
+def _run_sweeps(args: argparse.Namespace, n_workers: int, out: Path) -> int:
+    """Every sweep the flags ask for, ``--repeats`` times, into ``out``; the last non-zero
+    status of a sweep (0 where none failed)."""
+    failed = 0
+    for i in range(1, args.repeats + 1):  # interleaved: all of repeat 1, then 2...
+        where = out / f"{REPEAT}{i}" if args.repeats > 1 else out
+        where.mkdir(parents=True, exist_ok=True)
+        for sweep in sweeps(args, n_workers):
+            code = run_sweep(sweep, where)
+            if code:
+                failed = code
+                print(
+                    f"error: {sweep[0]} ended with status {code}; its log: "
+                    f"{where / sweep[0].split('=')[1]}.log",
+                    file=sys.stderr,
+                )
+    return failed
+
+
+def _report(sweep_dirs: list[Path], out: Path, failed: int) -> int:
+    """The table of these sweep folders written into ``out`` and printed, with a note for each
+    job that did not finish and each baseline missing; the exit status: 1 where a sweep
+    ``failed``, a job did not finish or none did, else 0."""
+    rows, header, unfinished = read(sweep_dirs)
     for line in unfinished:
         print(f"note: did not finish: {line}", file=sys.stderr)
     for name in ("ssgd", "ddp"):
         if rows and not any(r["algorithm"] == name for r in rows):
             print(f"note: no {name} run: vs_{name} is blank", file=sys.stderr)
     if not rows:
-        print(
-            f"error: no finished runs in {', '.join(map(str, args.read or [out]))}", file=sys.stderr
-        )
+        print(f"error: no finished runs in {', '.join(map(str, sweep_dirs))}", file=sys.stderr)
         return 1
     print(write(rows, header, out), end="")
     print(f"table: {out / TABLE_STEM}.md", file=sys.stderr)
