@@ -211,16 +211,7 @@ def _cifar_folder(cfg: Mapping[str, Any]) -> Path:
 
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Unpickle one batch safely and return ``(uint8 (N, 3072), int64 (N,))``."""
-    try:
-        with open(path, "rb") as f:
-            obj = _arrays(_RestrictedUnpickler(f, path).load())
-    except DatasetError:
-        raise
-    except Exception as exc:
-        # A malformed pickle can fail in many ways; all of them mean a bad file.
-        raise DatasetError(f"{path}: not a readable CIFAR-10 pickle batch ({exc!r})") from exc
-    if not isinstance(obj, dict):
-        raise DatasetError(f"{path}: expected a pickled dict, got {type(obj).__name__}")
+    obj = _unpickled(path)
     # Python 2 batches give bytes keys; accept str keys too for re-pickled copies.
     data = obj.get(b"data", obj.get("data"))
     labels = obj.get(b"labels", obj.get("labels"))
@@ -235,6 +226,26 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         )
     if data.ndim != 2 or data.shape[1] != CIFAR_ROW:
         raise DatasetError(f"{path}: b'data' must have shape (N, {CIFAR_ROW}), got {data.shape}")
+    return data, _labels(path, labels, data.shape[0])
+
+
+def _unpickled(path: Path) -> dict:
+    """The batch dict in ``path``, unpickled by :class:`_RestrictedUnpickler`."""
+    try:
+        with open(path, "rb") as f:
+            obj = _arrays(_RestrictedUnpickler(f, path).load())
+    except DatasetError:
+        raise
+    except Exception as exc:
+        # A malformed pickle can fail in many ways; all of them mean a bad file.
+        raise DatasetError(f"{path}: not a readable CIFAR-10 pickle batch ({exc!r})") from exc
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{path}: expected a pickled dict, got {type(obj).__name__}")
+    return obj
+
+
+def _labels(path: Path, labels, n_images: int) -> np.ndarray:
+    """A batch's ``labels`` as int64, checked: integers in 0..9, one per image."""
     # Check element types first: np.asarray would silently truncate floats to ints.
     if isinstance(labels, np.ndarray):
         ints = labels.dtype.kind in "iu"
@@ -248,11 +259,10 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         y = np.asarray(labels, dtype=np.int64)
     except OverflowError as exc:
         raise DatasetError(f"{path}: b'labels' must be a list of ints in 0..9 ({exc})") from exc
-    if y.shape != (data.shape[0],):
+    if y.shape != (n_images,):
         raise DatasetError(
-            f"{path}: {data.shape[0]} images but b'labels' has shape {y.shape}; expected "
-            f"({data.shape[0]},)"
+            f"{path}: {n_images} images but b'labels' has shape {y.shape}; expected ({n_images},)"
         )
     if y.size and (int(y.min()) < 0 or int(y.max()) > 9):
         raise DatasetError(f"{path}: labels must be in 0..9, found {int(y.min())}..{int(y.max())}")
-    return data, y
+    return y
