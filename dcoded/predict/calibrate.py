@@ -207,6 +207,26 @@ def fit(
     fitted_runs = [m for m in kept if not held_out_by(scenario_of(m), held)]
     compute = fit_compute(fitted_runs, compute)
     base = Calibration({f: Costs() for f in FAMILIES}, compute)
+    rows, used, domain = _fit_rows(kept, held, base)
+    costs = {**base.costs, **{family: _solve(family, data) for family, data in rows.items()}}
+    fitted_on = {
+        "runs": {f: len(v) for f, v in used.items()},
+        **{f"held_out_{name}": values for name, values in held.items()},
+        "domain": {f: _domain_ranges(d) for f, d in domain.items() if f in used},
+    }
+    fitted = Calibration(costs, compute, fitted_on)
+    found = errors(compare(kept, fitted))
+    fitted_on["error_pct"] = {f: e for f, e in found.items() if f in used}
+    return fitted
+
+
+def _fit_rows(
+    kept: Sequence[Mapping], held: Mapping[str, list], base: Calibration
+) -> tuple[dict[str, list], dict[str, list], dict[str, dict]]:
+    """Per family, ``(rows, used, domain)`` of the runs ``kept``: the rows ``(a, b)`` of its
+    least squares and the paths of their runs, from the runs no hold-out (``held``) leaves
+    out, and what all its runs span, held-out ones included (``base``: the costs at zero; a
+    layout it finds impossible is left out of all three)."""
     rows: dict[str, list] = {}
     used: dict[str, list] = {}
     domain: dict[str, dict] = {}
@@ -237,26 +257,19 @@ def fit(
             )
         )
         used.setdefault(s.family, []).append(summary.get("_path", ""))
-    costs = {**base.costs, **{family: _solve(family, data) for family, data in rows.items()}}
-    fitted_on = {
-        "runs": {f: len(v) for f, v in used.items()},
-        **{f"held_out_{name}": values for name, values in held.items()},
-        "domain": {
-            f: {
-                "K": [min(d["K"]), max(d["K"])],
-                "rate_mbit": [min(d["rate_mbit"]), max(d["rate_mbit"])],
-                "topologies": sorted(d["topologies"]),
-                "models": sorted(d["models"]),
-                "hosts": sorted(d["hosts"]),  # where the workers ran (HOSTS)
-            }
-            for f, d in domain.items()
-            if f in used
-        },
+    return rows, used, domain
+
+
+def _domain_ranges(d: Mapping) -> dict:
+    """A family's domain as ``fitted_on`` keeps it: the least and most ``K`` and link rate,
+    the topologies, models and hosts, sorted."""
+    return {
+        "K": [min(d["K"]), max(d["K"])],
+        "rate_mbit": [min(d["rate_mbit"]), max(d["rate_mbit"])],
+        "topologies": sorted(d["topologies"]),
+        "models": sorted(d["models"]),
+        "hosts": sorted(d["hosts"]),  # where the workers ran (HOSTS)
     }
-    fitted = Calibration(costs, compute, fitted_on)
-    found = errors(compare(kept, fitted))
-    fitted_on["error_pct"] = {f: e for f, e in found.items() if f in used}
-    return fitted
 
 
 def _faithful_only(summaries: Sequence[Mapping]) -> list[Mapping]:
