@@ -116,6 +116,19 @@ def _engine_default(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m dcoded.predict``: the command its flags name (:func:`_command`); its exit
+    status, 2 with one line where the input is bad (a missing rate or file)."""
+    a = _parser().parse_args(argv)
+    try:
+        return _command(a)
+    except DcodedError as e:  # bad input, a missing rate or file: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: what to do (a scenario's step by default, else one of the commands)
+    with the commands' options, then the scenario's flags (:func:`_add_scenario`)."""
     parser = argparse.ArgumentParser(
         prog="python -m dcoded.predict",
         description="The predicted step time of a layout on a network (see the module's doc).",
@@ -147,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hold-out-model", type=_listed(str), default="", help="--fit: models left out, e.g. cnn"
     )
     parser.add_argument("--calibration", type=Path, default=CALIBRATION_FILE)
+    _add_scenario(parser)
+    return parser
+
+
+def _add_scenario(parser: argparse.ArgumentParser) -> None:
+    """The flags of the scenario whose step is predicted (:func:`_scenario_from_args`)."""
     parser.add_argument("--algorithm", default="cdc", choices=["cdc", "ddp", "ssgd", "asgd"])
     parser.add_argument("-K", type=_positive(int), default=16, help="workers")
     parser.add_argument(
@@ -184,12 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cores", type=_positive(int), default=None, help="workers share one such machine"
     )
-    a = parser.parse_args(argv)
-    try:
-        return _command(a)
-    except DcodedError as e:  # bad input, a missing rate or file: one line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
 
 def _command(a: argparse.Namespace) -> int:
