@@ -577,59 +577,99 @@ def judge(
     (False, 'the machine was idle 5% (< 15%) in 1 of 1 sam')
     """
     samples, judge_quota = _in_window(samples, window)
-    problems: list[str] = []
     idle, softirq = _idle(samples)
     low = sum(x < IDLE_MIN for x in idle)
-    if idle and low > (1 - IDLE_SHARE) * len(idle):
-        problems.append(
-            f"the machine was idle {100 * min(idle):.0f}% (< {100 * IDLE_MIN:.0f}%) in {low} of "
-            f"{len(idle)} samples: the quotas and the kernel competed"
-        )
+    problems = _idle_problems(idle, low)
     quota_cores = model.quota_cores
     bend = compute_bend(compute, step_s) if compute else None
     if compute:
         quota_cores = int(compute["quota_us_in_force"]) / model.quota()[1]
-        if bend is not None and bend > BEND_TOLERANCE:
-            problems.append(
-                f"the hosts computed at {compute['speed']:.2f} of their unthrottled speed under "
-                f"the quota, corrected to {SPEED_MIN:g} only: the step's compute reads "
-                f"{SPEED_MIN / compute['speed']:.2f}x long, {100 * bend:.0f}% of the step"
-            )
+        problems += _bend_problems(compute, bend)
     hosts = _hosts_used(samples, quota_cores)
-    for name, row in hosts.items():
-        over = row["share_of_quota"] is not None and row["share_of_quota"] > 1 + QUOTA_TOLERANCE
-        if over and judge_quota:
-            problems.append(f"host {name} used {row['share_of_quota']:.2f} of its quota")
+    if judge_quota:
+        problems += _quota_problems(hosts)
     links = _links_used(samples, rates_mbit)
-    for name, row in links.items():
-        if row["busiest"] > 1 + LINK_TOLERANCE:
-            problems.append(f"link {name} ran at {row['busiest']:.2f} of its rate")
+    problems += _link_problems(links)
     return {
         "ok": not problems,
         "problems": problems,
         # False for a loop shorter than two samples: its pair holds unthrottled time
         "quotas_judged": judge_quota,
-        "tolerance": {
-            "idle_min": IDLE_MIN,
-            "idle_share": IDLE_SHARE,
-            "link": LINK_TOLERANCE,
-            "quota": QUOTA_TOLERANCE,
-            "speed_min": SPEED_MIN,
-            "compute_bend": BEND_TOLERANCE,
-        },
+        "tolerance": _tolerance(),
         # the fraction of the median step the uncorrected compute added (None: nothing left)
         "compute_bend": bend,
-        "idle": {
-            "samples": len(idle),
-            "min": min(idle) if idle else None,
-            "median": sorted(idle)[len(idle) // 2] if idle else None,
-            "samples_below": low,
-            # the kernel's packet work, as a fraction of the machine (what the quotas leave for)
-            "softirq_median": sorted(softirq)[len(softirq) // 2] if softirq else None,
-            "softirq_max": max(softirq) if softirq else None,
-        },
+        "idle": _idle_summary(idle, softirq, low),
         "hosts": hosts,
         "links": links,
+    }
+
+
+def _idle_problems(idle: Sequence[float], low: int) -> list[str]:
+    """:func:`judge`'s problem where the machine was idle under :data:`IDLE_MIN` in more than
+    ``1 - IDLE_SHARE`` of the intervals (``low`` of them)."""
+    if idle and low > (1 - IDLE_SHARE) * len(idle):
+        return [
+            f"the machine was idle {100 * min(idle):.0f}% (< {100 * IDLE_MIN:.0f}%) in {low} of "
+            f"{len(idle)} samples: the quotas and the kernel competed"
+        ]
+    return []
+
+
+def _bend_problems(compute: Mapping, bend: float | None) -> list[str]:
+    """:func:`judge`'s problem where the compute the quota's correction left added more than
+    :data:`BEND_TOLERANCE` of the step."""
+    if bend is not None and bend > BEND_TOLERANCE:
+        return [
+            f"the hosts computed at {compute['speed']:.2f} of their unthrottled speed under "
+            f"the quota, corrected to {SPEED_MIN:g} only: the step's compute reads "
+            f"{SPEED_MIN / compute['speed']:.2f}x long, {100 * bend:.0f}% of the step"
+        ]
+    return []
+
+
+def _quota_problems(hosts: Mapping[str, Mapping]) -> list[str]:
+    """:func:`judge`'s problem for each host that used more than its quota, beyond
+    :data:`QUOTA_TOLERANCE`."""
+    problems = []
+    for name, row in hosts.items():
+        if row["share_of_quota"] is not None and row["share_of_quota"] > 1 + QUOTA_TOLERANCE:
+            problems.append(f"host {name} used {row['share_of_quota']:.2f} of its quota")
+    return problems
+
+
+def _link_problems(links: Mapping[str, Mapping]) -> list[str]:
+    """:func:`judge`'s problem for each shaped queue that ran above its rate, beyond
+    :data:`LINK_TOLERANCE`, in some interval."""
+    return [
+        f"link {name} ran at {row['busiest']:.2f} of its rate"
+        for name, row in links.items()
+        if row["busiest"] > 1 + LINK_TOLERANCE
+    ]
+
+
+def _tolerance() -> dict:
+    """The limits :func:`judge` held the run to, as its verdict records them."""
+    return {
+        "idle_min": IDLE_MIN,
+        "idle_share": IDLE_SHARE,
+        "link": LINK_TOLERANCE,
+        "quota": QUOTA_TOLERANCE,
+        "speed_min": SPEED_MIN,
+        "compute_bend": BEND_TOLERANCE,
+    }
+
+
+def _idle_summary(idle: Sequence[float], softirq: Sequence[float], low: int) -> dict:
+    """The machine's idle share over the intervals (``low`` of them under :data:`IDLE_MIN`),
+    and the kernel's packet work as a share of the machine, as :func:`judge` records them."""
+    return {
+        "samples": len(idle),
+        "min": min(idle) if idle else None,
+        "median": sorted(idle)[len(idle) // 2] if idle else None,
+        "samples_below": low,
+        # the kernel's packet work, as a fraction of the machine (what the quotas leave for)
+        "softirq_median": sorted(softirq)[len(softirq) // 2] if softirq else None,
+        "softirq_max": max(softirq) if softirq else None,
     }
 
 
