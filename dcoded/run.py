@@ -10,6 +10,7 @@ that way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import inspect
 import json
@@ -98,92 +99,45 @@ def _say_if_replacing(run_dir: Path, resume: str | None) -> None:
 
 def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> dict:
     """One run: checked, its cluster opened (or joined), its attempts trained, its outputs
-    written. Longer than the rest because every way it can end (finished, a loss recovered or
-    not, a failure, Ctrl-C) is handled here in one nesting, in the order the cluster, the
-    replicas and the log must be let go: a refactor that split it made a frozen worker's run
-    hang for minutes."""
+    written. Every way it can end (finished, a loss recovered or not, a failure, Ctrl-C) is
+    handled here and in :func:`_train_on_cluster`, in the order the cluster, the replicas and
+    the log must be let go: a refactor that changed that order made a frozen worker's run hang
+    for minutes."""
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
     if out_dir is not None and "given" not in c["cluster"]:  # the emulated driver's parent said it
         _say_if_replacing(Path(out_dir), c["train"].get("resume"))
     if c["cluster"]["kind"] == "netem":
         return _in_emulated_network(c, spec, out_dir, reuse, client)
-    show = c.get("progress", True) if progress is None else progress
     run_dir = Path(out_dir) if out_dir is not None else None
     logger = loggers.make(c, run_dir)  # a missing library: one line, before any cluster
-    start = resume.step if resume else 0
-    bar = Progress(spec.steps, spec.algorithm, initial=start) if show else None
+    bar = _progress_bar(c, spec, resume, progress)
     started, began = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     train_fn = trainer(spec.algorithm, spec.transport)
     history, log = _history_and_log(c, spec, resume, run_dir, logger)
-    ctx = Context(spec, None, [], log, reference, bar, resume, run_dir)
-    cluster_info: dict = {"kind": "none", "workers": []}
+    training = _Training(Context(spec, None, [], log, reference, bar, resume, run_dir))
     failed = False
     logger.start(loggers.flat_params(spec.extra.get("config") or c))
     try:
         if spec.algorithm == "serial":
-            theta = train_fn(ctx)
+            theta = train_fn(training.ctx)
         else:
-            if client is not None:
-                session_cm = attach_cluster(client, c["cluster"], spec.n_workers)
-            elif reuse and c["cluster"]["kind"] == "local":
-                session_cm = contextlib.nullcontext(kept_cluster(c["cluster"], spec.n_workers))
-            else:
-                session_cm = open_cluster(c["cluster"], spec.n_workers)
-            run_ids = [spec.run_id]  # one more for each recovery
-            with (
-                dask_logs_into(run_dir),
-                session_cm as session,
-                replicas_dropped(session.client, run_ids),
-            ):
-                if session.dashboard:
-                    print(f"dashboard: {session.dashboard}")
-                if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
-                    log.peers = set(session.workers)
-                ctx.client, ctx.workers = session.client, list(session.workers)
-                cluster_info = _ask_workers(ctx, session, c["cluster"])
-                try:
-                    # the scale model's quotas hold while the loop runs (start-up is not timed),
-                    # corrected for how much slower this machine computes under them
-                    given = c["cluster"].get("scale")
-                    ctx, quota_us = scale.speed_probe(ctx, given)
-                    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
-                    wire0, losses0 = probe(), losses()
-                    with scale.quotas_in_force(given, quota_us):
-                        while True:
-                            try:
-                                theta = train_fn(ctx)
-                                break
-                            except WorkerLost as e:
-                                if spec.on_worker_loss != "continue":
-                                    raise
-                                ctx = recover(ctx, c, e)  # or the one line why it cannot
-                                run_ids.append(ctx.spec.run_id)
-                                cluster_info["workers"] = list(ctx.workers)
-                                wire0 = probe()  # per step of this attempt, as every mean is
-                    spec, reference, log = ctx.spec, ctx.reference, ctx.log
-                    wire1 = probe()
-                    if losses0 is not None:
-                        log.kernel_losses = netem.loss_delta(losses0, losses())
-                except BaseException:
-                    _last_collect(ctx)  # while the cluster is still there
-                    raise
-                if wire0 is not None:
-                    log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
+            theta = _train_on_cluster(training, c, train_fn, reuse, client)
     except BaseException as e:
         failed = True
-        spec, log = ctx.spec, ctx.log
-        rows = []
+        ctx, rows = training.ctx, []
         with contextlib.suppress(Exception):  # the error to report is e, whatever happens here
-            rows = log.rows(ctx.start_step)  # every step's row is in history.csv now
+            rows = ctx.log.rows(ctx.start_step)  # every step's row is in history.csv now
         history.close()  # a temporary one, without a run folder
         with contextlib.closing(logger):  # what it logged stays; without a summary, failed
             if isinstance(e, KeyboardInterrupt):
+                cluster_info = training.cluster_info
                 raise _interrupted(e, ctx, rows, cluster_info, started, began, logger) from None
         if isinstance(e, RunError):
             raise type(e)(f"{e}; {resume_hint(ctx)}") from None
         raise
     finally:
+        ctx, spec = training.ctx, training.ctx.spec  # the newest attempt's
         if bar is not None:
             bar.close()
         if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
@@ -192,16 +146,99 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
             close_kept_cluster()
     with contextlib.closing(logger):  # however the end goes
         try:
-            rows = log.rows(ctx.start_step)
+            rows = ctx.log.rows(ctx.start_step)
         finally:
             history.close()
         summary = make_summary(
-            spec, reference, log, rows, theta, cluster_info, started, began=began
+            spec, ctx.reference, ctx.log, rows, theta, training.cluster_info, started, began=began
         )
         if run_dir is not None:
             write_outputs(run_dir, summary, theta)
         logger.finish(summary)
     return summary
+
+
+@dataclasses.dataclass
+class _Training:
+    """What the end of a run reads of its training, however it ends: the newest attempt's
+    context (the speed probe and each recovery replace it) and what the summary records of the
+    cluster."""
+
+    ctx: Context
+    cluster_info: dict = dataclasses.field(default_factory=lambda: {"kind": "none", "workers": []})
+
+
+def _progress_bar(c: dict, spec, resume, progress: bool | None) -> Progress | None:
+    """The progress bar (from a resumed run's step on), unless ``progress`` (or else the
+    config's ``progress``) says none."""
+    show = c.get("progress", True) if progress is None else progress
+    start = resume.step if resume else 0
+    return Progress(spec.steps, spec.algorithm, initial=start) if show else None
+
+
+def _train_on_cluster(training: _Training, c: dict, train_fn, reuse: bool, client):
+    """Train on the run's cluster (``client``'s, the one kept for reuse, or one opened for the
+    run) and return the parameters; ``training`` holds the newest attempt's context and the
+    cluster's facts, however it ends. On the way out a failed run's records are collected
+    first, then its replicas dropped, then the cluster let go."""
+    spec = training.ctx.spec
+    if client is not None:
+        session_cm = attach_cluster(client, c["cluster"], spec.n_workers)
+    elif reuse and c["cluster"]["kind"] == "local":
+        session_cm = contextlib.nullcontext(kept_cluster(c["cluster"], spec.n_workers))
+    else:
+        session_cm = open_cluster(c["cluster"], spec.n_workers)
+    run_ids = [spec.run_id]  # one more for each recovery
+    with (
+        dask_logs_into(training.ctx.run_dir),
+        session_cm as session,
+        replicas_dropped(session.client, run_ids),
+    ):
+        ctx = training.ctx
+        if session.dashboard:
+            print(f"dashboard: {session.dashboard}")
+        if spec.algorithm == "cdc":  # only worker-to-worker transfers are the exchange
+            ctx.log.peers = set(session.workers)
+        ctx.client, ctx.workers = session.client, list(session.workers)
+        training.cluster_info = _ask_workers(ctx, session, c["cluster"])
+        try:
+            theta, wire0, wire1 = _attempts(training, c, train_fn, run_ids)
+        except BaseException:
+            _last_collect(training.ctx)  # while the cluster is still there
+            raise
+        if wire0 is not None:
+            training.ctx.log.wire = [b - a for a, b in zip(wire0, wire1, strict=True)]
+    return theta
+
+
+def _attempts(training: _Training, c: dict, train_fn, run_ids: list[str]):
+    """Train under the scale model's quotas until an attempt ends the run, going on after each
+    lost worker where ``train.on_worker_loss=continue`` (each recovery's run id added to
+    ``run_ids``); the parameters, and the wire's counters at the last attempt's start and at
+    the end."""
+    spec = training.ctx.spec
+    # the scale model's quotas hold while the loop runs (start-up is not timed),
+    # corrected for how much slower this machine computes under them
+    given = c["cluster"].get("scale")
+    training.ctx, quota_us = scale.speed_probe(training.ctx, given)
+    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
+    wire0, losses0 = probe(), losses()
+    with scale.quotas_in_force(given, quota_us):
+        while True:
+            try:
+                theta = train_fn(training.ctx)
+                break
+            except WorkerLost as e:
+                if spec.on_worker_loss != "continue":
+                    raise
+                training.ctx = recover(training.ctx, c, e)  # or the one line why it cannot
+                run_ids.append(training.ctx.spec.run_id)
+                training.cluster_info["workers"] = list(training.ctx.workers)
+                wire0 = probe()  # per step of this attempt, as every mean is
+    wire1 = probe()
+    if losses0 is not None:
+        training.ctx.log.kernel_losses = netem.loss_delta(losses0, losses())
+    return theta, wire0, wire1
 
 
 def _in_emulated_network(c: dict, spec, out_dir, reuse: bool, client) -> dict:
