@@ -71,35 +71,15 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     began, began_unix, spec, client = time.monotonic(), time.time(), ctx.spec, ctx.client
     lost = _the_lost(ctx, error)
     survivors = [w for w in ctx.workers if w not in lost]
-    with contextlib.suppress(Exception):  # the steps done before the loss stay in history.csv
-        ctx.bounded(
-            "collecting", ctx.collect, "after the loss", survivors, check=ctx.check_connection
-        )
-    ctx.log.write_rows()  # every row of this attempt, before it is marked done again
-    last = ctx.log.last_written
-    failed_at = last + 1 if last is not None else ctx.start_step
-    teardown(client, [spec.run_id], survivors)  # the attempt's tasks wake on their links
+    failed_at = _end_attempt(ctx, survivors)
     replaced, known = replace_lost(ctx, lost)
     # a second loss while this one is mended: counted with it, not found by the next attempt
     lost += [w for w in survivors if w not in known]
     survivors = [w for w in survivors if w in known]
     workers = survivors + replaced[: spec.n_workers - len(survivors)]
-    where = ctx.last_checkpoint.parent if ctx.last_checkpoint else cfg["train"].get("resume")
-    again = copy.deepcopy(dict(cfg))
-    again["train"] = {**cfg["train"], "resume": str(where) if where else None}
-    again["cluster"] = {**cfg["cluster"], "n_workers": len(workers)}
     names = ", ".join(f"{w} (rank {ctx.workers.index(w)})" for w in lost)
-    try:
-        spec2, reference, resume = build_spec(again)
-    except ConfigError as e:
-        raise WorkerLost(
-            f"{error}; could not go on with the {len(workers)} worker(s) left (no worker took "
-            f"the place of {names} within train.replace_within_s={spec.replace_within_s:g}s): "
-            f"{e}"
-        ) from None
+    spec2, reference, resume = _spec_going_on(ctx, cfg, error, workers, names)
     start = resume.step if resume else 0
-    # the scale model's quotas stay raised as the probe found: the run goes on under them
-    spec2 = dataclasses.replace(spec2, host_quota_scale=spec.host_quota_scale)
     log = _log_going_on(ctx, spec2, workers, start, began)
     event = {
         "lost": [{"worker": w, "rank": ctx.workers.index(w)} for w in lost],
@@ -132,6 +112,42 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     out = Context(spec2, client, workers, log, reference, ctx.progress, resume, ctx.run_dir)
     out.last_checkpoint = ctx.last_checkpoint
     return out
+
+
+def _end_attempt(ctx: Context, survivors: list[str]) -> int:
+    """End the attempt that lost a worker: the records ``survivors`` hold collected, every row
+    written, its tasks woken and dropped; the step it failed at."""
+    with contextlib.suppress(Exception):  # the steps done before the loss stay in history.csv
+        ctx.bounded(
+            "collecting", ctx.collect, "after the loss", survivors, check=ctx.check_connection
+        )
+    ctx.log.write_rows()  # every row of this attempt, before it is marked done again
+    last = ctx.log.last_written
+    failed_at = last + 1 if last is not None else ctx.start_step
+    teardown(ctx.client, [ctx.spec.run_id], survivors)  # the attempt's tasks wake on their links
+    return failed_at
+
+
+def _spec_going_on(ctx: Context, cfg: Mapping, error: WorkerLost, workers: list[str], names: str):
+    """``build_spec`` of the run's config resumed from its newest checkpoint on ``workers``
+    (the lost ones: ``names``), under the quotas the speed probe raised; or the one line why it
+    cannot go on (:class:`WorkerLost`)."""
+    spec = ctx.spec
+    where = ctx.last_checkpoint.parent if ctx.last_checkpoint else cfg["train"].get("resume")
+    again = copy.deepcopy(dict(cfg))
+    again["train"] = {**cfg["train"], "resume": str(where) if where else None}
+    again["cluster"] = {**cfg["cluster"], "n_workers": len(workers)}
+    try:
+        spec2, reference, resume = build_spec(again)
+    except ConfigError as e:
+        raise WorkerLost(
+            f"{error}; could not go on with the {len(workers)} worker(s) left (no worker took "
+            f"the place of {names} within train.replace_within_s={spec.replace_within_s:g}s): "
+            f"{e}"
+        ) from None
+    # the scale model's quotas stay raised as the probe found: the run goes on under them
+    spec2 = dataclasses.replace(spec2, host_quota_scale=spec.host_quota_scale)
+    return spec2, reference, resume
 
 
 def _the_lost(ctx: Context, error: WorkerLost) -> list[str]:
