@@ -96,7 +96,6 @@ def make_summary(
     run's whole time: start-up, setup, evaluation, checkpoints and the end included)."""
     d = reference.n_params
     last = rows[-1] if rows else {}
-    times = log.time_medians(rows)
     placed = spec.algorithm in ("cdc", "serial")
     stale = [r["staleness_mean"] for r in rows if r.get("staleness_mean") is not None]
     summary = {
@@ -112,13 +111,7 @@ def make_summary(
             "test_loss": last.get("test_loss"),
             "train_loss": last.get("train_loss"),
         },
-        "time_s": {
-            "total": last.get("wall_s", 0.0),
-            "process": round(time.perf_counter() - began, 3) if began is not None else None,
-            "step_median": times["step"],
-            **step_spread(rows),
-            **{p: times[p] for p in PHASES},
-        },
+        "time_s": _time_s(log, rows, began),
         "bytes_per_worker": _bytes(spec, log, rows, d),
         "param_sha256": param_sha256(theta) if theta is not None else None,
         "staleness_mean": float(np.mean(stale)) if stale else None,
@@ -143,6 +136,20 @@ def make_summary(
     if log.compute_speed:  # the scale model's: the emulated network completes the block
         summary["scale_model"] = {"compute": log.compute_speed}
     return summary
+
+
+def _time_s(log, rows: list[dict], began: float | None) -> dict:
+    """``time_s``: the training loop's time and the run's whole time (from ``began`` on), the
+    step's median and spread, each phase's median."""
+    last = rows[-1] if rows else {}
+    times = log.time_medians(rows)
+    return {
+        "total": last.get("wall_s", 0.0),
+        "process": round(time.perf_counter() - began, 3) if began is not None else None,
+        "step_median": times["step"],
+        **step_spread(rows),
+        **{p: times[p] for p in PHASES},
+    }
 
 
 def _layout(spec: RunSpec) -> dict:
@@ -285,7 +292,7 @@ def _times(t: Mapping) -> str:
 
 def format_results(summary: dict) -> str:
     """The short results table printed at the end of a run."""
-    t, b, f = times(summary), summary["bytes_per_worker"], summary["final"]
+    t, f = times(summary), summary["final"]
     head = run_name(summary, sep="  ")
     head += (
         f"  {summary['model']} on {summary['dataset']} (d={summary['n_params']:,})"
@@ -296,9 +303,6 @@ def format_results(summary: dict) -> str:
     def ms(x):
         return f"{1e3 * x:8.2f}"
 
-    def nb(x):
-        return f"{'-':>12}" if x is None else f"{x:12,.0f}"
-
     sha = summary["param_sha256"]
 
     def x4(x):  # an interrupted run may not have evaluated
@@ -307,7 +311,29 @@ def format_results(summary: dict) -> str:
     if summary.get("status", "finished") != "finished":
         head += f"  ({summary['status']} after step {summary['steps_done']})"
     ddp = summary["algorithm"] == "ddp"
-    if ddp:  # gloo's ring is not seen packet by packet: the buckets handed to it are
+    lines = [
+        head,
+        f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
+        f"train loss {x4(f['train_loss'])}   {_times(t)}",
+        *_happened(summary),
+        "  time per step, median ms"
+        + (" (shuffle: the all-reduce, inside map's backward):" if ddp else ":"),
+        "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
+        *_bytes_lines(summary),
+        f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
+    ]
+    return "\n".join(lines)
+
+
+def _bytes_lines(summary: dict) -> list[str]:
+    """The results table's bytes per worker per step, measured beside the closed forms."""
+    b = summary["bytes_per_worker"]
+
+    def nb(x):
+        return f"{'-':>12}" if x is None else f"{x:12,.0f}"
+
+    if summary["algorithm"] == "ddp":
+        # gloo's ring is not seen packet by packet: the buckets handed to it are
         exchange = [
             f"    all-reduce buckets (gloo)    {nb(b.get('allreduced'))} "
             f"{nb(4.0 * summary['n_params'])}",
@@ -319,14 +345,7 @@ def format_results(summary: dict) -> str:
             f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
             f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
         ]
-    lines = [
-        head,
-        f"  test accuracy {x4(f['test_accuracy'])}   test loss {x4(f['test_loss'])}   "
-        f"train loss {x4(f['train_loss'])}   {_times(t)}",
-        *_happened(summary),
-        "  time per step, median ms"
-        + (" (shuffle: the all-reduce, inside map's backward):" if ddp else ":"),
-        "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
+    return [
         "  bytes per worker per step:      measured       theory",
         *exchange,
         f"    Dask transfers (all)         {nb(b['dask_transfer'])}",
@@ -345,9 +364,7 @@ def format_results(summary: dict) -> str:
             if b.get("backup") is not None
             else []
         ),
-        f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
     ]
-    return "\n".join(lines)
 
 
 def times(summary: Mapping) -> Mapping:
