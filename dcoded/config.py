@@ -184,10 +184,9 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     """Check ``cfg`` and build the run's :class:`RunSpec`, the driver's own replica (the
     evaluator, and the serial/parameter-server model) and the checkpoint to resume from.
 
-    The data is loaded first (the number of steps of ``train.epochs`` depends on it), then the
-    spec is built once, field by field (most of this function's length). Raises :class:`~dcoded.errors.ConfigError`,
-    :class:`~dcoded.errors.DatasetError` or :class:`~dcoded.errors.CheckpointError`; starts
-    nothing.
+    The data is loaded first (the number of steps of ``train.epochs`` depends on it). Raises
+    :class:`~dcoded.errors.ConfigError`, :class:`~dcoded.errors.DatasetError` or
+    :class:`~dcoded.errors.CheckpointError`; starts nothing.
 
     >>> spec, replica, _ = build_spec(compose_config(["coding.redundancy=3", "train.epochs=2"]))
     >>> spec.steps == 2 * (len(replica.data.y_train) // spec.batch_size), spec.redundancy
@@ -201,7 +200,6 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     check_settings(c)  # each leaf's type and range; what follows checks them together
     algorithm, shuffle, transport, notes, warnings = _choices(c)
     train, coding, cluster = c.get("train", {}), c.get("coding", {}), c.get("cluster", {})
-    transport_cfg, model = c.get("transport") or {}, c.get("model", {})
     n_workers = cluster.get("n_workers")
     batch = train.get("batch_size")
     if batch is None:
@@ -210,58 +208,74 @@ def build_spec(cfg: Mapping) -> tuple[RunSpec, Replica, Checkpoint | None]:
     placement, m, plan = _layout(coding, n_workers, batch, shuffle, uses_placement)
     r, g = placement.redundancy, coding.get("group_size") if uses_placement else None
     straggle_cfg, stragglers = _stragglers(c, algorithm, placement, shuffle, transport)
-    grace = coding.get("straggler_grace", 1.0)
-    paces, repair_after = None, REPAIR_AFTER_MS
-    if transport == "multicast":
-        paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
-        repair_after = _repair_after_ms(cluster, transport_cfg)
-    optimizer = c.get("optimizer", {})
-    dataset, n_train = _workers_and_data(c, algorithm, batch, uses_placement)
     # the scale model (on the emulated network, its driver is told the TDF): every timer that
     # stands for a network or compute time is multiplied by it, every rate divided
     tdf = float((cluster.get("scale") or {}).get("tdf", 1.0))
-    if paces:
-        paces = {phase: pace / tdf for phase, pace in paces.items()}
+    by_transport = _transport_fields(c, transport, placement, shuffle, plan, tdf)
+    dataset, n_train = _workers_and_data(c, algorithm, batch, uses_placement)
+    bucket_cap = c["algorithm"].get("bucket_cap_mb")  # DDP's
     spec = RunSpec(
         algorithm=algorithm,
         n_workers=n_workers,
         batch_size=batch,
         steps=_steps(train, n_train, batch),
         dataset=dataset,
-        model=model,
-        optimizer=optimizer,
+        model=c.get("model", {}),
+        optimizer=c.get("optimizer", {}),
         redundancy=r,
         group_size=g,
         shuffle=shuffle,
         hybrid_m=m,
-        seed=int(train.get("seed", 0)),
-        eval_every=int(train.get("eval_every", 50) or 0),
         torch_threads=int(cluster.get("torch_threads", 1)),
         run_id="dc" + uuid.uuid4().hex[:10],
-        step_timeout_s=float(train.get("step_timeout_s", 300)) * tdf,
-        checkpoint_every=int(train.get("checkpoint_every") or 0),
-        on_worker_loss=str(train.get("on_worker_loss") or "stop"),
-        replace_within_s=float(train.get("replace_within_s", 30)) * tdf,
-        pipeline=bool(train.get("pipeline", True)),
-        transport=transport,
-        steps_per_task=transport_cfg.get("steps_per_task", 0),
-        overlap=bool(transport_cfg.get("overlap", True)),
-        pace_mbit=paces,
-        test_drop=float(transport_cfg.get("test_drop") or 0.0),
-        repair_after_s=repair_after / 1000 * tdf,
+        **_train_fields(train, tdf),
+        **by_transport,
         stragglers=stragglers,
-        straggler_grace=float(grace),
+        straggler_grace=float(coding.get("straggler_grace", 1.0)),
         straggle=straggle_cfg,
-        bucket_cap_mb=(
-            float(c["algorithm"]["bucket_cap_mb"])
-            if c["algorithm"].get("bucket_cap_mb") is not None
-            else None
-        ),
+        bucket_cap_mb=float(bucket_cap) if bucket_cap is not None else None,
         dilation=tdf,
         extra={"notes": notes, "warnings": warnings, "config": _as_given(c)},
     )
     reference = _reference(spec)
     return spec, reference, _resume(train.get("resume"), spec, reference)
+
+
+def _train_fields(train: Mapping, tdf: float) -> dict:
+    """The :class:`RunSpec` fields ``train.*`` sets as given (its timers multiplied by the
+    scale model's ``tdf``)."""
+    return {
+        "seed": int(train.get("seed", 0)),
+        "eval_every": int(train.get("eval_every", 50) or 0),
+        "step_timeout_s": float(train.get("step_timeout_s", 300)) * tdf,
+        "checkpoint_every": int(train.get("checkpoint_every") or 0),
+        "on_worker_loss": str(train.get("on_worker_loss") or "stop"),
+        "replace_within_s": float(train.get("replace_within_s", 30)) * tdf,
+        "pipeline": bool(train.get("pipeline", True)),
+    }
+
+
+def _transport_fields(
+    c: Mapping, transport: str, placement: Placement, shuffle: str, plan, tdf: float
+) -> dict:
+    """The :class:`RunSpec` fields of the transport: ``transport.*``, and for multicast each
+    sender's pace and the wait before a repair (a pace divided by the scale model's ``tdf``,
+    the wait multiplied)."""
+    cluster, transport_cfg = c.get("cluster", {}), c.get("transport") or {}
+    paces, repair_after = None, REPAIR_AFTER_MS
+    if transport == "multicast":
+        paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
+        repair_after = _repair_after_ms(cluster, transport_cfg)
+    if paces:
+        paces = {phase: pace / tdf for phase, pace in paces.items()}
+    return {
+        "transport": transport,
+        "steps_per_task": transport_cfg.get("steps_per_task", 0),
+        "overlap": bool(transport_cfg.get("overlap", True)),
+        "pace_mbit": paces,
+        "test_drop": float(transport_cfg.get("test_drop") or 0.0),
+        "repair_after_s": repair_after / 1000 * tdf,
+    }
 
 
 def _choices(c: Mapping) -> tuple[str, str, str, list[str], list[str]]:
