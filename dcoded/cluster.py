@@ -131,26 +131,32 @@ def open_cluster(cfg: Mapping, n_workers: int) -> Iterator[Session]:
                 client = Client(cluster)
                 stack.callback(_close, client)
         else:
-            if "given" not in cfg:  # a user's scheduler (netem's own is known to be up)
-                timeout = cfg.get("connect_timeout_s", 10)
-                _refused_at_once(cfg["address"], min(REFUSED_GRACE_S, timeout), timeout)
-            try:
-                client = Client(
-                    cfg["address"],
-                    timeout=f"{cfg.get('connect_timeout_s', 10)}s",
-                    security=security_from_config(cfg.get("tls")),
-                )
-            except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError: TLS needed
-                raise ClusterError(
-                    f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: "
-                    f"{str(e).splitlines()[0]}"
-                ) from None
+            client = _join_scheduler(cfg)
             stack.callback(_close, client)
         where = f"the scheduler at {cfg['address']}" if cfg["kind"] != "local" else "the cluster"
         workers = _first_workers(client, n_workers, cfg.get("connect_timeout_s", 10), where)
         yield Session(
             client, workers, client.dashboard_link if cfg.get("dashboard") else None, cfg["kind"]
         )
+
+
+def _join_scheduler(cfg: Mapping) -> Client:
+    """A client of the scheduler at ``cluster.address``, or the one line why it cannot reach
+    it (:class:`ClusterError`)."""
+    if "given" not in cfg:  # a user's scheduler (netem's own is known to be up)
+        timeout = cfg.get("connect_timeout_s", 10)
+        _refused_at_once(cfg["address"], min(REFUSED_GRACE_S, timeout), timeout)
+    try:
+        return Client(
+            cfg["address"],
+            timeout=f"{cfg.get('connect_timeout_s', 10)}s",
+            security=security_from_config(cfg.get("tls")),
+        )
+    except (OSError, TimeoutError, TypeError, ValueError) as e:  # TypeError: TLS needed
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at cluster.address={cfg['address']}: "
+            f"{str(e).splitlines()[0]}"
+        ) from None
 
 
 #: How long a refused connection to ``cluster.address`` is tried again (a scheduler that was
