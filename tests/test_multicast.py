@@ -204,3 +204,22 @@ def test_every_datagram_a_sender_puts_on_the_wire_carries_a_code_that_holds():
         flipped = bytearray(d)
         flipped[len(d) // 2] ^= 1
         assert multicast._parse(bytes(flipped), link.tag, link.mac) == "forged"
+
+
+def test_a_receiving_socket_that_cannot_join_its_groups_frees_its_port_at_once():
+    """An address it cannot join on fails the link's setup; the port it bound is free again
+    before the error is handled, not when the failed task's traceback is collected."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    try:
+        multicast._receiving_socket("run", 0, port, [(0, 1)], "not an address")
+    except OSError:
+        again = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        again.bind(("", port))  # no SO_REUSEADDR: fails if the first socket still holds it
+        again.close()
+    else:
+        raise AssertionError("an address that is not one was joined")

@@ -452,10 +452,15 @@ def _receiving_socket(run_id: str, rank: int, port: int, groups, ip: str) -> soc
             f"rank {rank} could not take UDP port {port} for the multicast transport "
             f"({e.strerror}): another process holds it"
         ) from None
-    me = socket.inet_aton(ip)
-    for members in groups:
-        group = socket.inet_aton(group_address(run_id, members))
-        rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, struct.pack("4s4s", group, me))
+    try:  # a group it cannot join frees the port at once, not when the error is collected
+        me = socket.inet_aton(ip)
+        for members in groups:
+            group = socket.inet_aton(group_address(run_id, members))
+            membership = struct.pack("4s4s", group, me)
+            rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+    except OSError:
+        rx.close()
+        raise
     rx.settimeout(0.2)
     return rx
 

@@ -159,7 +159,8 @@ class _Server:
         self.theta, self.optimizer = _setup(ctx)
         self.total = self.K * spec.steps
         self.next_update, self.version = self.K * ctx.start_step, 0
-        self.pending: dict = {}  # future -> (update index, version read, worker, seconds to send θ)
+        #: future -> (update index, version read, worker, seconds to send θ)
+        self.pending: dict = {}
         self.launches = 0  # a relaunched update needs a key of its own
         self.last_progress = 0.0  # when the last gradient arrived (or the first were launched)
 
