@@ -371,6 +371,16 @@ def _hand_started_cluster(n_workers: int, folder: Path):
     return address, scheduler, workers
 
 
+def test_an_asgd_update_already_handed_on_is_skipped_not_a_key_error():
+    """Two finished updates of one lost worker in one batch: the first hands both to live
+    workers; the second is then no longer pending, and is passed over (it was a KeyError)."""
+    from dcoded.engine import ps
+
+    server = object.__new__(ps._Server)
+    server.ctx, server.pending = types.SimpleNamespace(), {}
+    assert server.apply(object(), ps._StepAccumulator()) is None
+
+
 @pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
 @pytest.mark.slow
 def test_lost_scheduler_stops_the_run(tmp_path):

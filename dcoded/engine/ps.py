@@ -219,6 +219,8 @@ class _Server:
         update: the worker's result, or ``None`` if it died with it (the update goes to a
         live worker)."""
         ctx = self.ctx
+        if future not in self.pending:  # a lost worker's, handed on with another in this batch
+            return None
         update, read_version, address, send_s = self.pending.pop(future)
         t0 = time.monotonic()
         try:
