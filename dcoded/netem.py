@@ -249,7 +249,7 @@ def _tbf(
     """Cap egress of ``ifname`` at ``rate_mbit`` (token bucket; burst sized for the rate), with
     a queue that holds ``queue_ms`` of traffic. Dilated by ``tdf`` (the scale model): the rate
     is divided by it and the queue and burst keep their size in bytes."""
-    burst = max(int(rate_mbit * 1e6 / 8 / 250), 16_000)  # about 4 ms of traffic, >= 16 kB
+    burst = topology.bucket_bytes(rate_mbit)  # about 4 ms of traffic, >= 16 kB
     rate_mbit, queue_ms = rate_mbit / tdf, queue_ms * tdf
     _tc(
         ns,

@@ -40,6 +40,27 @@ QUEUES_ON_PATH = {"switch": 2, "bus": 3, "racks": 4, "fattree": 6}
 #: The share of the busiest link's rate a multicast sender's pace is set to fill.
 PACE_SHARE = 0.95
 
+
+def bucket_bytes(rate_mbit: float) -> int:
+    """An emulated link's token bucket (``tc tbf``'s burst): what it passes at full speed after
+    it idled, about 4 ms of its traffic (one timer tick at 250 Hz), at least 16 kB. A real link
+    has none; a step's exchange phases each find it full.
+
+    >>> bucket_bytes(100), bucket_bytes(25)
+    (50000, 16000)
+    """
+    return max(int(rate_mbit * 1e6 / 8 / 250), 16_000)
+
+
+def bucket_seconds(rate_mbit: float) -> float:
+    """The time an emulated link's full :func:`bucket_bytes` saves a transfer, at its rate.
+
+    >>> round(1e3 * bucket_seconds(100), 2), round(1e3 * bucket_seconds(25), 2)
+    (4.0, 5.12)
+    """
+    return bucket_bytes(rate_mbit) / (rate_mbit * 1e6 / 8)
+
+
 Message = tuple[int, Sequence[int], float]
 
 

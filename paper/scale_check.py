@@ -349,7 +349,10 @@ def report(out: Path) -> str:
             "Every run above (the scale model's, undilated, and the contended host's) but those "
             "outside fidelity; one fit per hold-out. The error is the percent of the measured "
             "median step: mean / worst. Each model's compute rate is the one its fitted runs' "
-            "ssgd maps show; a held-out model's is the one measured here alone.",
+            "ssgd maps show; a held-out model's is the one measured here alone. Each exchange "
+            "phase is predicted less what the emulated links' token buckets pass at full speed "
+            "after idle (about 4 ms), and a step at r = K, which sends nothing, without the "
+            "exchange's per-step costs.",
             "",
             "| held out | family | fitted runs | error on them | held-out runs | error on them |",
             "|---|---|---|---|---|---|",

@@ -24,7 +24,13 @@ recorded times:
 * **messages**: ``per_message_s`` for every message the busiest worker sends or receives in a
   step (DDP's ring: ``2(K-1)`` rounds of one send and one receive), times ``K / cores`` on a
   shared machine;
-* **per step**: ``per_step_s``, what a step costs whatever moves (Dask's launch and barrier).
+* **per step**: ``per_step_s`` (and ``per_step_cpu_s``, times ``K / cores`` on a shared
+  machine), what a step that exchanges anything costs however much moves (Dask's launch and
+  barrier); none at ``r = K``, where every worker updates all of θ itself and nothing moves;
+* less what the links' **token buckets** pass at full speed: on an emulated link (``tc tbf``)
+  each exchange phase finds the bucket full after the idle time before it
+  (:func:`dcoded.topology.bucket_seconds`, about 4 ms a phase); a real link has none
+  (``bucket_s = 0``, the default), and a run on the emulated network is predicted with its own.
 
 ``samples_per_s`` and ``per_call_s`` are measured by a short local run (``--measure-rate``) or
 given; ``link_overhead``, ``per_message_s`` and ``per_step_s`` are fitted once per family (an
@@ -55,7 +61,7 @@ from dcoded.coding.messages import algorithm_messages
 from dcoded.coding.placement import check_layout
 from dcoded.coding.shuffles import scheme
 from dcoded.errors import ConfigError
-from dcoded.topology import RACKED, TOPOLOGIES, Shape
+from dcoded.topology import RACKED, TOPOLOGIES, Shape, bucket_seconds
 from dcoded.topology import check as check_shape
 
 #: Where the fitted costs and the measured compute rates live (shipped with the package).
@@ -104,6 +110,8 @@ class Scenario:
     oversubscription``. ``cores``: the cores of the one machine every worker shares (``None``:
     a machine per worker, as the scale model emulates). ``samples_per_s`` / ``per_call_s``: one
     worker's compute, alone on its machine; ``None`` takes the calibration's for ``model``.
+    ``bucket_s``: the time an emulated link's token bucket saves each exchange phase (``0``:
+    real links; :func:`scenario_of` gives a run on the emulated network its own).
     """
 
     algorithm: str
@@ -128,6 +136,7 @@ class Scenario:
     per_call_s: float | None = None
     cores: int | None = None
     bucket_mb: float = 25.0  # ddp: DistributedDataParallel's bucket_cap_mb
+    bucket_s: float = 0.0  # an emulated link's token bucket, in seconds of its traffic
 
     @property
     def family(self) -> str:
@@ -183,9 +192,9 @@ class Costs:
 
     link_overhead: float = 1.0  # the link time over its bound (headers, TCP, pacing)
     per_message_s: float = 0.0  # per message the busiest worker sends or receives
-    per_step_s: float = 0.0  # per step, whatever moves
+    per_step_s: float = 0.0  # per step that exchanges anything, however much
     per_sub_batch_s: float = 0.0  # per sub-batch a worker maps, beyond its gradient's compute
-    per_step_cpu_s: float = 0.0  # CPU a worker spends per step whatever it does (x K/cores shared)
+    per_step_cpu_s: float = 0.0  # CPU a worker spends per such step (x K/cores shared)
 
 
 @dataclass(frozen=True)
@@ -257,6 +266,7 @@ class Prediction:
     messages: int  # sent + received by the busiest worker
     closed_form: bool  # link loads from the closed forms (too many messages to enumerate)
     hidden_s: float = 0.0  # ddp: all-reduce time that overlaps the backward pass
+    bucket_s: float = 0.0  # what the links' token buckets passed at full speed, every phase
     #: how the scenario lies outside what its family's costs were fitted on (empty: inside)
     outside: tuple[str, ...] = ()
     #: the worst error (percent) of its family on the runs held out of the fit (None: none)
@@ -264,9 +274,10 @@ class Prediction:
 
     @property
     def step_s(self) -> float:
-        """The four terms: never below the exchange's bound, as ``link_overhead >= 1`` and
-        what ddp hides is at most its compute."""
-        return self.compute_s + self.links_s + self.messages_s + self.per_step_s - self.hidden_s
+        """The four terms, less what the token buckets saved: never below the exchange's bound
+        less that, as ``link_overhead >= 1`` and what ddp hides is at most its compute."""
+        terms = self.compute_s + self.links_s + self.messages_s + self.per_step_s
+        return terms - self.hidden_s - self.bucket_s
 
     def terms(self) -> str:
         ms = lambda x: f"{1e3 * x:.1f}"  # noqa: E731
@@ -276,6 +287,7 @@ class Prediction:
             f"{ms(self.bound_s)}{how}) + messages {ms(self.messages_s)} ({self.messages} "
             f"messages) + per step {ms(self.per_step_s)} ms"
             + (f" - overlapped {ms(self.hidden_s)} ms" if self.hidden_s else "")
+            + (f" - token buckets {ms(self.bucket_s)} ms" if self.bucket_s else "")
         )
 
 
@@ -452,14 +464,26 @@ def compute_seconds(s: Scenario, cal: Calibration, per_sub_batch_s: float = 0.0)
 
 def bound_seconds(s: Scenario) -> tuple[float, bool]:
     """The exchange's time bound on the topology (every phase), and whether from closed forms."""
+    phases, closed_form = phase_seconds(s)
+    return sum(phases), closed_form
+
+
+def phase_seconds(s: Scenario) -> tuple[list[float], bool]:
+    """Each exchange phase's time bound on the topology, and whether from closed forms."""
     shape = s.shape()
     phases, closed_form = _loads(s)
-    total = 0.0
+    out = []
     for loads in phases:
         if s.algorithm in ("ssgd", "asgd") and s.driver_rate_mbit:
             loads = _driver_link(loads, s)
-        total += shape.seconds(loads, unit_bytes=4 * s.n_params)  # in d float32 values
-    return total, closed_form
+        out.append(shape.seconds(loads, unit_bytes=4 * s.n_params))  # in d float32 values
+    return out, closed_form
+
+
+def bucket_saving(s: Scenario, phases: list[float]) -> float:
+    """What the links' token buckets pass at full speed in a step: ``bucket_s`` in every phase
+    that moves anything, at most the phase's bound (nothing on real links)."""
+    return sum(min(s.bucket_s, t) for t in phases if t > 0)
 
 
 def _driver_link(loads: dict, s: Scenario) -> dict:
@@ -476,7 +500,8 @@ def predict(s: Scenario, cal: Calibration | None = None) -> Prediction:
     cal = cal or Calibration.load()
     check(s)
     costs = cal.costs_of(s.family)
-    bound, closed_form = bound_seconds(s)
+    phases, closed_form = phase_seconds(s)
+    bound = sum(phases)
     count = n_messages(s)
     compute = compute_seconds(s, cal, costs.per_sub_batch_s)
     links = costs.link_overhead * bound
@@ -487,10 +512,11 @@ def predict(s: Scenario, cal: Calibration | None = None) -> Prediction:
         links_s=links,
         bound_s=bound,
         messages_s=messages,
-        per_step_s=costs.per_step_s + costs.per_step_cpu_s * hosts_sharing(s),
+        per_step_s=(costs.per_step_s + costs.per_step_cpu_s * hosts_sharing(s)) if bound else 0.0,
         messages=count,
         closed_form=closed_form,
         hidden_s=_overlapped(s, compute, links + messages),
+        bucket_s=bucket_saving(s, phases),
         outside=tuple(outside_calibration(s, cal)),
         error_pct=(cal.fitted_on.get("error_pct", {}).get(s.family) or {}).get("held_out"),
     )
@@ -585,4 +611,5 @@ def scenario_of(summary: Mapping) -> Scenario:
         pod_uplink_mbit=net.get("pod_uplink_mbit"),
         model=summary["model"],
         cores=int(env["cores"]) if shared and env.get("cores") else None,
+        bucket_s=bucket_seconds(net["bandwidth_mbit"]) if net.get("bandwidth_mbit") else 0.0,
     )

@@ -250,10 +250,11 @@ def _fit_rows(
         y = measured_step(summary)
         share = hosts_sharing(s)
         calls = map_calls(s)[1] * share
+        moves = 1.0 if p.bound_s else 0.0  # a step that sends nothing pays no exchange
         rows.setdefault(s.family, []).append(
             (
-                [p.bound_s / y, p.messages * share / y, 1.0 / y, calls / y, share / y],
-                1.0 - p.compute_s / y,
+                [p.bound_s / y, p.messages * share / y, moves / y, calls / y, moves * share / y],
+                1.0 - (p.compute_s - p.bucket_s) / y,
             )
         )
         used.setdefault(s.family, []).append(summary.get("_path", ""))
