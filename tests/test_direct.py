@@ -191,3 +191,29 @@ def test_an_owner_cuts_each_reply_into_its_requests_plain_values():
     assert plain[terms[0]].tolist() == list(range(10))
     assert plain[terms[1]].tolist() == [10, 11, 12]
     assert plain[whole].tolist() == list(range(100, 110))
+
+
+def test_a_peers_connection_holds_unacknowledged_data_for_the_step_timeout_not_30_s():
+    """Dask gives every TCP connection 30 s of unacknowledged data before the kernel closes
+    it; on links dropping packets by the thousand that closed a connection between two live
+    ranks (K = 16, r = 3 at 25 Mbit/s: "rank 3 was lost ... its connection closed"). A link's
+    own connections hold for its step timeout; a shorter one never lowers Dask's."""
+    import socket
+    import types
+
+    from dcoded.engine.link import TCP_USER_TIMEOUT, unacked_for
+
+    server = socket.create_server(("127.0.0.1", 0))
+    sock = socket.create_connection(server.getsockname())
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, 30_000)  # what Dask sets
+        comm = types.SimpleNamespace(stream=types.SimpleNamespace(socket=sock))
+        unacked_for(comm, 10.0)
+        assert sock.getsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT) == 30_000
+        unacked_for(comm, 300.0)
+        assert sock.getsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT) == 300_000
+        unacked_for(comm, None)
+        unacked_for(types.SimpleNamespace(), 300.0)  # not a TCP comm: nothing to set
+    finally:
+        sock.close()
+        server.close()

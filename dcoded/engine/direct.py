@@ -86,6 +86,7 @@ def setup(
     else:
         link = Link(run_id, rank, peers, get_worker())
     link.connect_timeout *= spec.dilation  # the scale model: a connection is network time
+    link.unacked_timeout_s = spec.step_timeout_s  # not Dask's 30 s: a live peer is not lost
     st = registry.find_state(run_id, rank)
     st.link = link
     if spec.stragglers:

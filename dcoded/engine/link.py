@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -27,6 +29,9 @@ from dcoded.errors import Aborted, PeerLost, PeerTimeout
 PUSH = "dcoded_push"
 #: How long the first connection to a peer may take (Dask retries a refused one until then).
 CONNECT_TIMEOUT_S = 10.0
+#: Linux's ``TCP_USER_TIMEOUT`` option: how long sent data may go unacknowledged before the
+#: kernel closes the connection (18 where ``socket`` does not name it).
+TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
 
 #: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
 _LINKS: dict[tuple[str, int], Link] = {}
@@ -42,6 +47,10 @@ class Link:
         self.run_id, self.rank, self.peers = run_id, rank, peers
         self.connection_args = worker.connection_args
         self.connect_timeout = CONNECT_TIMEOUT_S
+        #: how long what this rank sent a peer may go unacknowledged before its connection is
+        #: given up (``None``: Dask's ``distributed.comm.timeouts.tcp``); the step loop sets
+        #: its step timeout here
+        self.unacked_timeout_s: float | None = None
         self.loop = worker.loop.asyncio_loop
         self._cond = threading.Condition()
         self._box: dict[str, np.ndarray] = {}
@@ -204,6 +213,7 @@ class Link:
                         address, timeout=self.connect_timeout, **self.connection_args
                     )
                     comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
+                    unacked_for(comm, self.unacked_timeout_s)
                     self._comms[dest] = comm
                 msg = {
                     "op": op,
@@ -238,6 +248,22 @@ class Link:
 
 #: The notices of ``coding.stragglers``: a worker's map is done, or it gave it up.
 NOTICES = ("done", "gave-up")
+
+
+def unacked_for(comm, seconds: float | None) -> None:
+    """Let what is sent on ``comm`` go unacknowledged for up to ``seconds`` before the kernel
+    closes the connection (Linux's ``TCP_USER_TIMEOUT``), where that is longer than what Dask
+    set (``distributed.comm.timeouts.tcp``, 30 s). On links that drop packets by the thousand
+    (16 ranks sending to each other at once at 25 Mbit/s), one segment's retransmissions backed
+    off past 30 s and the kernel closed a connection between two live ranks: the run ended
+    with a peer "lost". The step's own timeout is the one bound a peer is held to."""
+    sock = getattr(getattr(comm, "stream", None), "socket", None)
+    if seconds is None or sock is None or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError):
+        now = sock.getsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT)
+        if int(seconds * 1000) > now:
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, int(seconds * 1000))
 
 
 def _parts(key) -> tuple[int | None, str, int]:
