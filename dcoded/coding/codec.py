@@ -32,7 +32,7 @@ def as_bits(values: np.ndarray) -> np.ndarray:
     return values.view(np.uint32)
 
 
-def _piece(
+def piece(
     grads: Mapping[Subset, np.ndarray], segments: Sequence[slice], group: Subset, k: int, j: int
 ) -> np.ndarray:
     """``piece_j(v(S, k))`` from a worker that holds sub-batch ``S∖{k}`` (so ``j != k``)."""
@@ -61,7 +61,7 @@ def encode_packet(
     """
     if sender not in group:
         raise ValueError(f"sender {sender} is not a member of group {group}")
-    parts = [as_bits(_piece(grads, segments, group, k, sender)) for k in group if k != sender]
+    parts = [as_bits(piece(grads, segments, group, k, sender)) for k in group if k != sender]
     packet = np.zeros(max(len(p) for p in parts), dtype=np.uint32)
     for p in parts:
         packet[: len(p)] ^= p
@@ -95,7 +95,7 @@ def decode_piece(
     for k in group:
         if k in (sender, receiver):
             continue
-        bits = as_bits(_piece(grads, segments, group, k, sender))
+        bits = as_bits(piece(grads, segments, group, k, sender))
         if len(bits) > len(acc):
             raise ValueError(f"packet P({group},{sender}) is shorter than its pieces")
         acc[: len(bits)] ^= bits

@@ -462,12 +462,6 @@ def compute_seconds(s: Scenario, cal: Calibration, per_sub_batch_s: float = 0.0)
     return (samples / rate + calls * (per_call + per_sub_batch_s)) * hosts_sharing(s)
 
 
-def bound_seconds(s: Scenario) -> tuple[float, bool]:
-    """The exchange's time bound on the topology (every phase), and whether from closed forms."""
-    phases, closed_form = phase_seconds(s)
-    return sum(phases), closed_form
-
-
 def phase_seconds(s: Scenario) -> tuple[list[float], bool]:
     """Each exchange phase's time bound on the topology, and whether from closed forms."""
     shape = s.shape()

@@ -15,7 +15,7 @@ from math import comb
 
 import numpy as np
 
-from dcoded.coding.codec import sum_in_order
+from dcoded.coding.codec import piece, sum_in_order
 from dcoded.coding.placement import check_layout, label_without, piece_slices
 from dcoded.coding.shuffles.base import Load, Shuffle, stand_ins
 
@@ -34,10 +34,10 @@ def pieces_shuffle(n_workers: int, redundancy: int) -> Load:
     return Load(comb(K - 1, r) / K, comb(K - 1, r) / K)
 
 
-def _piece(p, group: tuple, sender: int, k: int, seg: slice) -> slice:
+def _piece_at(group: tuple, sender: int, k: int, seg: slice) -> slice:
     """Where in ``G[k]``'s segment ``seg`` the piece of ``v(S, k)`` that ``sender`` sends lies
     (global parameter indices): the coded shuffle's piece ``i`` of ``v(S, k)``, ``i`` the
-    sender's place in ``S∖{k}``."""
+    sender's place in ``S∖{k}`` (what :func:`~dcoded.coding.codec.piece` cuts)."""
     label = label_without(group, k)
     piece = piece_slices(seg.stop - seg.start, len(group) - 1)[label.index(sender)]
     return slice(seg.start + piece.start, seg.start + piece.stop)
@@ -69,8 +69,7 @@ class Pieces(Shuffle):
         return Fraction(1, p.g * (len(tag[1]) - 1))
 
     def payload(self, p, local, tag, grads, segments):
-        group, k = tag[1], tag[3]
-        return grads[label_without(group, k)][_piece(p, group, local, k, segments[k])].copy()
+        return piece(grads, segments, tag[1], tag[3], local).copy()
 
     def reduce(self, p, k, segments, grads, received, plain, term, plan=None):
         seg = segments[k]
@@ -79,7 +78,7 @@ class Pieces(Shuffle):
             label = label_without(group, k)
             value = []
             for j in label:
-                at = _piece(p, group, j, k, seg)
+                at = _piece_at(group, j, k, seg)
                 key = ("g", label, at.start, at.stop)
                 value.append(plain[key] if key in plain else received[("pcs", group, j, k)])
             decoded[label] = np.concatenate(value)
@@ -90,7 +89,7 @@ class Pieces(Shuffle):
 
     def requests(self, p, k, seg, have, late, arrived, plan=None):
         def stand_in(tag, j):
-            at = _piece(p, tag[1], j, k, seg)
+            at = _piece_at(tag[1], j, k, seg)
             return [("g", label_without(tag[1], k), at.start, at.stop)]
 
         return stand_ins(self, p, k, late, arrived, plan, stand_in)
