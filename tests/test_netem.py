@@ -525,21 +525,19 @@ def test_racks_cap_what_crosses_the_uplinks():
         netem.destroy(net)
 
 
+#: Racks of 2 behind 50 Mbit/s uplinks, pods of 2 racks behind 20 Mbit/s (K = 8).
+FAT_TREE = netem.Links(
+    rate_mbit=100, topology="fattree", rack_size=2, uplink_mbit=50, pod_racks=2, pod_uplink_mbit=20
+)
+
+
 @needs_netem
 @pytest.mark.slow
 def test_a_fat_tree_caps_what_crosses_the_rack_and_pod_uplinks():
     """Racks of 2 in pods of 2 (K = 8): inside a rack the hosts' links set the rate, across
     racks of one pod the rack uplink, across pods the pod uplink; two pods sending to the core
     at once use one pod uplink each, two racks of one pod share theirs (twice as long)."""
-    links = netem.Links(
-        rate_mbit=100,
-        topology="fattree",
-        rack_size=2,
-        uplink_mbit=50,
-        pod_racks=2,
-        pod_uplink_mbit=20,
-    )
-    net = netem.build(8, links)
+    net = netem.build(8, FAT_TREE)
     try:
         assert {"pod0 up", "pod1 down", "rack3 up"} <= set(netem.hub_queues(net))
         n = 3_000_000
@@ -594,14 +592,7 @@ WIRING = {
     ),
     "fattree": (
         8,
-        netem.Links(
-            rate_mbit=100,
-            topology="fattree",
-            rack_size=2,
-            uplink_mbit=50,
-            pod_racks=2,
-            pod_uplink_mbit=20,
-        ),
+        FAT_TREE,
         [
             ("pd0", "pu0", "pc0", "br0"),
             ("pd1", "pu1", "pc1", "br0"),
