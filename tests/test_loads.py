@@ -157,13 +157,15 @@ def test_other_schemes():
 @pytest.mark.parametrize(
     ("n", "g", "mc", "uc"),
     [
-        # each owner sends its reduced segment (d/g) to the K/g - 1 other owners of that index
+        # the m = K/g owners of an index: m - 1 chunks of d/K out (reduce-scatter), then the
+        # summed chunk to the m - 1 others (all-gather): m/K once, 2(m - 1)/K per receiver
         (6, 6, 0, 0),
         (6, 3, Fraction(1, 3), Fraction(1, 3)),
-        (6, 2, Fraction(1, 2), Fraction(2, 2)),
-        (8, 2, Fraction(1, 2), Fraction(3, 2)),
+        (6, 2, Fraction(1, 2), Fraction(2, 3)),
+        (8, 2, Fraction(1, 2), Fraction(3, 4)),
         (8, 4, Fraction(1, 4), Fraction(1, 4)),
-        (6, 1, 1, 5),
+        (6, 1, 1, Fraction(5, 3)),
+        (32, 4, Fraction(1, 4), Fraction(7, 16)),
     ],
 )
 def test_cross_cluster_sum(n, g, mc, uc):
@@ -196,8 +198,9 @@ def test_hierarchical_shuffle_is_inner_plus_cross(n, r, g):
 
 
 def test_hierarchical_hand_value():
-    # K=6, g=2, r=1: inner C(1,1)/2 = 1/2 both ways; cross: 1/2 once, 2 receivers -> 1.
-    assert close(shuffle(6, 1, 2), 1, Fraction(3, 2))
+    # K=6, g=2, r=1: inner C(1,1)/2 = 1/2 both ways; cross (m = 3): two chunks of d/6 out,
+    # then one summed chunk of d/6 to 2 others -> 1/2 once, 4/6 per receiver.
+    assert close(shuffle(6, 1, 2), 1, Fraction(7, 6))
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from dcoded.coding.codec import (
     piece_length,
     sum_in_order,
 )
+from dcoded.coding.cross import chunk_slices, cross_messages, cross_sum, cross_values
 from dcoded.coding.hybrid import (
     HybridPlan,
     best_m,
@@ -64,10 +65,14 @@ __all__ = [
     "charged_value",
     "check_layout",
     "check_m",
+    "chunk_slices",
     "clusters",
     "coded_shuffle",
     "covers",
     "cross_cluster_sum",
+    "cross_messages",
+    "cross_sum",
+    "cross_values",
     "decode_piece",
     "decode_value",
     "decode_value_piece",

@@ -9,7 +9,7 @@ Two counts are given for every scheme:
 
 With group size ``g`` (hierarchical CDC) the shuffle runs inside clusters of ``g`` workers on
 segments of ``d/g`` values, so ``K`` is replaced by ``g``; the sum of the ``K/g`` replicas of
-each segment adds :func:`cross_cluster_sum`.
+each segment adds :func:`cross_cluster_sum` (a reduce-scatter and all-gather among them).
 """
 
 from __future__ import annotations
@@ -65,14 +65,21 @@ def ring_allreduce(n_workers: int) -> Load:
 
 
 def cross_cluster_sum(n_workers: int, group_size: int) -> Load:
-    """Hierarchical CDC: each owner sends its reduced segment (``d/g`` values) to the other
-    ``K/g - 1`` owners of the same segment index, which all sum in cluster order.
+    """Hierarchical CDC: the ``m = K/g`` owners of a segment index add their reduced segments
+    (``d/g`` values each) by a reduce-scatter and an all-gather among themselves
+    (:mod:`dcoded.coding.cross`): each sends ``m - 1`` chunks of ``d/K``, one per other owner,
+    then its summed chunk to all ``m - 1`` of them.
 
-    The same segment goes to every other owner: ``1/g`` multicast (sent once), ``(K/g - 1)/g``
-    unicast (once per receiver)."""
+    ``m/K = 1/g`` multicast (the all-gather's chunk sent once), ``2(m - 1)/K`` unicast.
+
+    >>> cross_cluster_sum(16, 4)
+    Load(multicast=0.25, unicast=0.375)
+    """
     check_layout(n_workers, 1, group_size)
     m = n_workers // group_size
-    return Load(1 / group_size if m > 1 else 0.0, (m - 1) / group_size)
+    if m == 1:
+        return Load(0.0, 0.0)
+    return Load(m / n_workers, 2 * (m - 1) / n_workers)
 
 
 def shuffle(

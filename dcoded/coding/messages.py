@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcoded.coding.cross import cross_messages
 from dcoded.coding.hybrid import HybridPlan, best_m, hybrid_plan
 from dcoded.coding.placement import Placement
 from dcoded.coding.shuffles import of_tag, scheme
@@ -66,10 +67,8 @@ def step_messages(
                 )
             others = [p.global_id(c, i) for i in range(p.g) if i != j]
             out["params"].append((p.global_id(c, j), others, 1 / p.g))
-    if p.n_clusters > 1:
-        for k in range(p.n_workers):
-            owners = [p.global_id(o, p.local(k)) for o in range(p.n_clusters)]
-            out["shuffle"].append((k, [o for o in owners if o != k], 1 / p.g))
+    scatter, gather = cross_messages(p)  # the cross-cluster sum (g < K)
+    out["shuffle"] += scatter + gather
     return out
 
 
