@@ -54,6 +54,8 @@ CASES = [
     (3, 2, "pieces", None, "dnn"),
     (4, 3, "pieces", None, "dnn"),
     (6, 2, "pieces", 3, "dnn"),
+    (6, 1, "coded", 2, "dnn"),
+    (8, 2, "summed", 2, "dnn"),
 ]
 TRANSPORTS = ["dask", "direct"]
 CNN = ["model.channels=[4,8]", "model.hidden=16"]
@@ -267,6 +269,8 @@ def test_ssgd_matches_serial_at_r1_closely(train):
         (6, 2, 3, "hybrid"),
         (4, 2, None, "pieces"),
         (6, 2, 3, "pieces"),
+        (6, 1, 2, "coded"),
+        (8, 2, 2, "summed"),
     ],
 )
 def test_bytes_match_closed_forms(train, K, r, g, shuffle, transport):

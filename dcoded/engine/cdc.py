@@ -3,7 +3,8 @@ reduce, update, all-gather; every transfer is a Dask dependency, which the dashb
 
 Every task is pinned to its worker (``workers=[...]``, ``allow_other_workers=False``). A
 worker's map output stays where it was computed; only shuffle messages
-(``pkt``/``unc``/``sum``/``hyb``), reduced segments across clusters (``red``) and updated segments
+(``pkt``/``unc``/``sum``/``hyb``), the chunks of reduced segments summed across clusters
+(``red``: a reduce-scatter and all-gather, :mod:`dcoded.coding.cross`) and updated segments
 (``seg``) move, worker to worker, as Dask dependencies. The next step's maps depend on the
 owners' updated segments, so the all-gather is peer to peer and the driver only submits work
 and collects metrics. At ``r = K`` nothing moves: each worker's step waits on its previous one.
@@ -23,9 +24,7 @@ import time
 import numpy as np
 
 from dcoded.checkpoint import concat_shards
-from dcoded.coding import (
-    sum_in_order,
-)
+from dcoded.coding import chunk_slices, cross_values, sum_in_order
 from dcoded.coding.messages import sent_bytes, shuffle_sends
 from dcoded.coding.shuffles import of_tag, scheme
 from dcoded.engine import registry
@@ -127,10 +126,22 @@ def reduce_segment(st: WorkerState, grads: dict, received: dict, plain=None) -> 
     )
 
 
-def update_segment(st: WorkerState, reduced: list[np.ndarray]) -> np.ndarray:
-    """Sum the clusters' reduced segments (cluster order) and apply this owner's optimizer
-    shard with ``G[k] / B``; return the updated segment."""
-    return st.optimizer.step(sum_in_order(list(reduced)), st.spec.batch_size)
+def update_segment(st: WorkerState, chunks: list[np.ndarray]) -> np.ndarray:
+    """Apply this owner's optimizer shard with ``G[k] / B``, ``G[k]`` the concatenated chunks
+    of the segment's sum across clusters (one chunk, the reduced segment itself, when there is
+    one cluster); return the updated segment."""
+    return st.optimizer.step(np.concatenate(chunks), st.spec.batch_size)
+
+
+def own_chunk(st: WorkerState, reduced: np.ndarray, cluster: int) -> np.ndarray:
+    """The chunk of this owner's reduced segment that the owner in ``cluster`` sums."""
+    return reduced[chunk_slices(len(reduced), st.placement.n_clusters)[cluster]]
+
+
+def cross_bytes(st: WorkerState, reduced: np.ndarray) -> dict:
+    """Bytes this owner moves in the cross-cluster sum (none with one cluster)."""
+    values = cross_values(len(reduced), st.placement.n_clusters, st.cluster)
+    return {k: v * reduced.itemsize for k, v in values.items()}
 
 
 def update_replicated(st: WorkerState, grads: dict) -> None:
@@ -195,18 +206,31 @@ def cdc_reduce(run_id: str, rank: int, step: int, grads: dict, received: dict) -
     t0 = time.time()
     st = state(run_id, rank)
     reduced = reduce_segment(st, grads, received)
-    extra, p = {}, st.placement
-    if p.n_clusters > 1:  # the reduced segment goes to the other clusters' owners
-        extra = {"multicast": reduced.nbytes, "unicast": reduced.nbytes * (p.n_clusters - 1)}
+    extra = cross_bytes(st, reduced) if st.placement.n_clusters > 1 else {}
     record(run_id, step=step, rank=rank, phase="decode", start=t0, stop=time.time(), **extra)
     return reduced
 
 
-def cdc_update(run_id: str, rank: int, step: int, *reduced: np.ndarray) -> np.ndarray:
+def cdc_chunk(run_id: str, rank: int, step: int, reduced: np.ndarray, cluster: int):
+    """The chunk of ``reduced`` the owner in ``cluster`` sums: a task of its own, so that only
+    the chunk moves (reduce-scatter)."""
+    return own_chunk(state(run_id, rank), reduced, cluster)
+
+
+def cdc_cross(run_id: str, rank: int, step: int, reduced: np.ndarray, *others: np.ndarray):
+    """This owner's chunk summed over the clusters in order: its own chunk of ``reduced`` in
+    its cluster's place among ``others`` (the other owners' chunks, cluster order)."""
+    st = state(run_id, rank)
+    parts = list(others)
+    parts.insert(st.cluster, own_chunk(st, reduced, st.cluster))
+    return sum_in_order(parts)
+
+
+def cdc_update(run_id: str, rank: int, step: int, *chunks: np.ndarray) -> np.ndarray:
     """:func:`update_segment`, returning the updated segment (the next maps all-gather it)."""
     t0 = time.time()
     st = state(run_id, rank)
-    segment = st.segment = update_segment(st, list(reduced))
+    segment = st.segment = update_segment(st, list(chunks))
     record(
         run_id,
         step=step,
@@ -286,12 +310,25 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
 
     if p.n_clusters == 1:
         return [submit(cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
+    # the cross-cluster sum: each owner's chunks to the other owners of its segment index
+    # (reduce-scatter), then each summed chunk to all of them (all-gather)
+    m = p.n_clusters
     reduced = [submit(cdc_reduce, k, "red", maps[k], received[k]) for k in range(K)]
-    updated = []
+    chunks = {
+        (k, c): submit(cdc_chunk, k, "red", reduced[k], c, key_parts=("to", c))
+        for k in range(K)
+        for c in range(m)
+        if c != p.cluster_of(k)
+    }
+    summed = []
     for k in range(K):
-        replicas = [reduced[p.global_id(c, p.local(k))] for c in range(p.n_clusters)]
-        updated.append(submit(cdc_update, k, "seg", *replicas))
-    return updated
+        c, i = p.cluster_of(k), p.local(k)
+        others = [chunks[p.global_id(o, i), c] for o in range(m) if o != c]
+        summed.append(submit(cdc_cross, k, "red", reduced[k], *others, key_parts=("sum",)))
+    return [
+        submit(cdc_update, k, "seg", *[summed[p.global_id(o, p.local(k))] for o in range(m)])
+        for k in range(K)
+    ]
 
 
 def _setup(ctx: Context) -> list:

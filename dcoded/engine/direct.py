@@ -29,7 +29,7 @@ import numpy as np
 from distributed import get_worker
 
 from dcoded.checkpoint import concat_shards
-from dcoded.coding import charged_value
+from dcoded.coding import charged_value, sum_in_order
 from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
 from dcoded.coding.stragglers import (
     decode_requests,
@@ -41,7 +41,9 @@ from dcoded.coding.stragglers import (
 from dcoded.engine import registry
 from dcoded.engine.cdc import (
     cdc_replicated,
+    cross_bytes,
     map_grads,
+    own_chunk,
     payload,
     record_map,
     reduce_segment,
@@ -272,8 +274,10 @@ class _Step:
         return received, plain
 
     def reduce(self, grads: dict, received: dict, plain: dict) -> list[np.ndarray]:
-        """This owner's reduced segment of every cluster, in cluster order (its own reduced
-        here, the others' sent by the owners of the same segment index)."""
+        """This owner's segment summed over the clusters, as chunks in cluster order (one
+        chunk, its reduced segment, when there is one cluster): its chunks to the other
+        owners of the same segment index, theirs of its own chunk back, summed in cluster
+        order, then every summed chunk to every owner (:mod:`dcoded.coding.cross`)."""
         p, c, me, step = self.p, self.c, self.me, self.step
         t = time.time()
         reduced = reduce_segment(self.st, grads, received, plain)
@@ -281,14 +285,28 @@ class _Step:
             self.phase("decode", t)
             return [reduced]
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
-        self.phase("decode", t, multicast=reduced.nbytes, unicast=reduced.nbytes * len(others))
+        self.phase("decode", t, **cross_bytes(self.st, reduced))
         got = self.exchange(
             "shuffle",
             "red",
-            [(k, _key(step, "red", c), "red", reduced) for k in others],
+            [
+                (k, _key(step, "red", c, o), "red", own_chunk(self.st, reduced, o))
+                for k, o in others.items()
+            ],
+            {_key(step, "red", o, c): k for k, o in others.items()},
+        )
+        parts = [
+            own_chunk(self.st, reduced, c) if o == c else got[_key(step, "red", o, c)]
+            for o in range(p.n_clusters)
+        ]
+        mine = sum_in_order(parts)
+        got = self.exchange(
+            "shuffle",
+            "red-sum",
+            [(k, _key(step, "red", c), "red", mine) for k in others],
             {_key(step, "red", o): k for k, o in others.items()},
         )
-        return [reduced if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
+        return [mine if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
 
     def update(self, parts: list[np.ndarray]) -> np.ndarray:
         t = time.time()

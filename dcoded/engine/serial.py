@@ -1,7 +1,8 @@
 """The serial reference: exactly the CDC math in one process, without Dask or the codec.
 
 Same placement, same per-sub-batch summed gradients, same fixed summation order (sub-batches
-in lexicographic order, or the summed or hybrid shuffle's order; then clusters in order), the same
+in lexicographic order, or the summed or hybrid shuffle's order; then clusters in order, chunk
+by chunk as the owners' reduce-scatter sums them), the same
 optimizer sharded by segment. Each sub-batch gradient is computed once here (``r`` times on
 the cluster), and ``G[k]`` is summed directly from the true gradients, so agreement with
 ``cdc`` bit for bit checks the placement, the shuffle, the codec and the plumbing at once.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
-from dcoded.coding import HybridPlan, Placement, sum_in_order
+from dcoded.coding import HybridPlan, Placement, cross_sum
 from dcoded.coding.shuffles import scheme
 from dcoded.engine.driver import Clock, Context, after_step
 from dcoded.optim import SegmentOptimizer
@@ -67,9 +68,7 @@ def train_serial(ctx: Context) -> np.ndarray:
         t1 = clock.now()
         theta = np.concatenate(
             [
-                shard.step(
-                    sum_in_order([per_cluster[i] for per_cluster in reduced]), spec.batch_size
-                )
+                shard.step(cross_sum([per_cluster[i] for per_cluster in reduced]), spec.batch_size)
                 for i, shard in enumerate(shards)
             ]
         )
