@@ -74,11 +74,15 @@ MAX_SETS = 1_000_000
 FAMILIES = ("cdc-direct", "cdc-multicast", "cdc-dask", "ddp", "ssgd", "asgd")
 #: The model's stated error (percent of the measured median step, the worst run), on the runs
 #: it was fitted on and on the runs of the K held out of the fit: for every family but
-#: multicast; for multicast on a bus (its link time held at or above its bound, the fit leaves
-#: 26% on one run); and on racks whose uplinks the paced senders overrun (its datagrams are
-#: lost and repaired, by the thousand, which no term here models). What each family showed
-#: is in the calibration (``fitted_on["error_pct"]``) and beside every prediction.
+#: cdc on TCP and multicast; for cdc on TCP (``direct``: fitted on K <= 8, the per-message
+#: and per-step CPU terms trade against the links' overhead, so the one-cluster r = 1 runs at
+#: K = 12 and 16, 240 messages a step, are under-predicted by up to 52%); for multicast on a
+#: bus (its link time held at or above its bound, the fit leaves 26% on one run); and on racks
+#: whose uplinks the paced senders overrun (its datagrams are lost and repaired, by the
+#: thousand, which no term here models). What each family showed is in the calibration
+#: (``fitted_on["error_pct"]``) and beside every prediction.
 STATED_ERROR_PCT = {"fitted": 25.0, "held_out": 30.0}
+STATED_ERROR_PCT_DIRECT = {"fitted": 30.0, "held_out": 55.0}
 STATED_ERROR_PCT_MULTICAST = {"fitted": 30.0, "held_out": 30.0}
 STATED_ERROR_PCT_MULTICAST_RACKS = {"fitted": 35.0, "held_out": 50.0}
 #: Where a scenario's workers run (:attr:`Scenario.hosts`), as a fit's domain records it.
@@ -88,6 +92,8 @@ HOSTS = {"shared": "workers sharing one machine", "machines": "a machine per wor
 def stated_error(family: str, topology: str, held_out: bool) -> float:
     """The error (percent) the model is held to for runs of this family on this topology."""
     table = STATED_ERROR_PCT
+    if family == "cdc-direct":
+        table = STATED_ERROR_PCT_DIRECT
     if family == "cdc-multicast":
         table = STATED_ERROR_PCT_MULTICAST
         if topology in RACKED:
