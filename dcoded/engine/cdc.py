@@ -310,10 +310,16 @@ def submit_step(client, spec: RunSpec, workers: list[str], step: int, segments: 
 
     if p.n_clusters == 1:
         return [submit(cdc_reduce_update, k, "seg", maps[k], received[k]) for k in range(K)]
-    # the cross-cluster sum: each owner's chunks to the other owners of its segment index
-    # (reduce-scatter), then each summed chunk to all of them (all-gather)
-    m = p.n_clusters
     reduced = [submit(cdc_reduce, k, "red", maps[k], received[k]) for k in range(K)]
+    return _submit_cross(submit, p, reduced)
+
+
+def _submit_cross(submit, p, reduced: list) -> list:
+    """The cross-cluster sum of the ``reduced`` segments and the updates after it: each
+    owner's chunks to the other owners of its segment index (reduce-scatter), each owner's
+    chunk summed over the clusters, every summed chunk to all of them (all-gather); the
+    futures of the updated segments."""
+    K, m = p.n_workers, p.n_clusters
     chunks = {
         (k, c): submit(cdc_chunk, k, "red", reduced[k], c, key_parts=("to", c))
         for k in range(K)
