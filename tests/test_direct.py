@@ -88,6 +88,64 @@ def test_messages_arrive_bit_for_bit_over_the_workers_comms(cluster):
         client.submit(_close, rank, workers=[address]).result()
 
 
+def _open_first(rank: int, peers: list[str]) -> list[int]:
+    from dcoded.engine.link import _LINKS
+
+    link = _LINKS[(RUN, rank)]
+    link.open([j for j in range(len(peers)) if j != rank], timeout=30)
+    return sorted(link._comms)
+
+
+def test_connections_opened_before_the_steps_are_the_ones_the_messages_take(cluster):
+    """:meth:`Link.open` at setup makes every connection a step would make on its first send,
+    and the sends then use them: one connection per peer still, the messages bit for bit."""
+    _, client = cluster
+    peers = sorted(client.scheduler_info()["workers"])
+    for rank, address in enumerate(peers):
+        client.submit(_open, rank, peers, workers=[address]).result()
+    opened = [
+        client.submit(_open_first, rank, peers, workers=[a], pure=False).result()
+        for rank, a in enumerate(peers)
+    ]
+    assert opened == [[1, 2], [0, 2], [0, 1]]
+    futures = [
+        client.submit(_exchange, rank, peers, 10, 30, workers=[a], pure=False)
+        for rank, a in enumerate(peers)
+    ]
+    for rank, out in enumerate(client.gather(futures)):
+        assert sorted(out["got"]) == [f"0/x/{j}" for j in range(3) if j != rank]
+        assert out["sent"] == {"x": 2 * 10 * 4} and len(out["kinds"]) == 1
+    for rank, address in enumerate(peers):
+        client.submit(_close, rank, workers=[address]).result()
+
+
+@pytest.mark.parametrize(
+    ("K", "r", "g", "shuffle"),
+    [
+        (4, 2, 4, "coded"),
+        (6, 1, 3, "summed"),
+        (8, 2, 4, "hybrid"),
+        (12, 3, 4, "pieces"),
+        (8, 8, 8, "coded"),
+        (16, 2, 4, "uncoded"),
+    ],
+)
+def test_a_rank_connects_to_exactly_the_ranks_its_messages_go_to(K, r, g, shuffle):
+    """The peers a rank connects to at setup, against every receiver of every message it
+    sends in a step (the closed-form message list): none missing, none to spare."""
+    import types
+
+    from dcoded.coding import Placement
+    from dcoded.coding.messages import algorithm_messages
+    from dcoded.engine.direct import send_peers
+
+    spec = types.SimpleNamespace(placement=Placement(K, r, g), replicated=r == K)
+    phases = algorithm_messages("cdc", K, r, g, shuffle)
+    for rank in range(K):
+        want = {k for msgs in phases.values() for s, to, _ in msgs if s == rank for k in to}
+        assert send_peers(spec, rank) == want, rank
+
+
 def test_a_missing_message_times_out_naming_its_sender():
     link = _bare_link()
     t = time.monotonic()

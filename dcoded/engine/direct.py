@@ -89,11 +89,25 @@ def setup(
         link = Link(run_id, rank, peers, get_worker())
     link.connect_timeout *= spec.dilation  # the scale model: a connection is network time
     link.unacked_timeout_s = spec.step_timeout_s  # not Dask's 30 s: a live peer is not lost
+    link.open(send_peers(spec, rank), spec.step_timeout_s)  # while no rank computes
     st = registry.find_state(run_id, rank)
     st.link = link
     if spec.stragglers:
         link.serve = lambda step, asker, data: _serve(st, link, step, asker, data)
     return out
+
+
+def send_peers(spec: RunSpec, rank: int) -> set[int]:
+    """Every rank that ``rank`` sends to: the others of its cluster (the shuffle, the
+    all-gather) and the owners of its segment index in the other clusters (the cross-cluster
+    sum); none at ``r = K``, where nothing moves."""
+    if spec.replicated:
+        return set()
+    p = spec.placement
+    c, me = p.cluster_of(rank), p.local(rank)
+    return {p.global_id(c, i) for i in range(p.g) if i != me} | {
+        p.global_id(o, me) for o in range(p.n_clusters) if o != c
+    }
 
 
 def receiver_sets(spec: RunSpec, rank: int) -> list[tuple[int, ...]]:

@@ -1,12 +1,13 @@
 """A rank's worker-to-worker connections and mailbox (``transport=direct``).
 
-One Dask comm per pair of workers, opened on first use and kept for the run (Dask's own comm
-layer: its addressing, its serialisation and, with ``cluster.tls.*``, its TLS). A worker pushes a
-message as ``{"op": "dcoded_push", ...}``; the receiving worker's handler files it in the run's
-mailbox, where the step loop waits for exactly the messages it expects. A connection that breaks
-is :class:`~dcoded.errors.PeerLost` at once; a message that does not come in time is
-:class:`~dcoded.errors.PeerTimeout`; a run torn down wakes every wait
-(:class:`~dcoded.errors.Aborted`). :class:`~dcoded.engine.multicast.MulticastLink` extends it.
+One Dask comm per pair of workers, opened at setup (:meth:`Link.open`; else on first use) and
+kept for the run (Dask's own comm layer: its addressing, its serialisation and, with
+``cluster.tls.*``, its TLS). A worker pushes a message as ``{"op": "dcoded_push", ...}``; the
+receiving worker's handler files it in the run's mailbox, where the step loop waits for exactly
+the messages it expects. A connection that breaks is :class:`~dcoded.errors.PeerLost` at once; a
+message that does not come in time is :class:`~dcoded.errors.PeerTimeout`; a run torn down wakes
+every wait (:class:`~dcoded.errors.Aborted`). :class:`~dcoded.engine.multicast.MulticastLink`
+extends it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ _LINKS: dict[tuple[str, int], Link] = {}
 
 
 class Link:
-    """One rank's connections to its peers (opened on first use, kept for the run) and its
-    mailbox. Sends run on the worker's event loop; the step loop waits in :meth:`take`."""
+    """One rank's connections to its peers (opened at setup or on first use, kept for the run)
+    and its mailbox. Sends run on the worker's event loop; the step loop waits in :meth:`take`."""
 
     def __init__(self, run_id: str, rank: int, peers: list[str], worker):
         """Open the mailbox of ``rank`` on ``worker`` (registering the handler there); the
@@ -200,36 +201,65 @@ class Link:
     async def _send_all(self, messages) -> None:
         await asyncio.gather(*(self._send(*m) for m in messages))
 
+    def open(self, dests, timeout: float) -> None:
+        """Open the connections to ``dests`` now, before a step computes. A connection's
+        handshake needs the peer's event loop, which a computing rank holds up (its map or
+        encode holding the GIL): at K = 32 on two cores a peer's loop stalled 8 s and a first
+        connection made in step 0 timed out after 10 s, a live rank "lost"."""
+        future = asyncio.run_coroutine_threadsafe(self._open_all(sorted(dests)), self.loop)
+        try:
+            future.result(timeout)
+        except TimeoutError:
+            raise PeerTimeout(
+                f"rank {self.rank} could not connect to its peers within {timeout:g}s"
+            ) from None
+
+    async def _open_all(self, dests: list[int]) -> None:
+        async def one(dest: int) -> None:
+            async with self._locks.setdefault(dest, asyncio.Lock()):
+                await self._connection(dest)
+
+        await asyncio.gather(*(one(d) for d in dests))
+
     async def _send(self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH) -> None:
-        lock = self._locks.setdefault(dest, asyncio.Lock())
-        async with lock:
-            address = self.peers[dest]
+        async with self._locks.setdefault(dest, asyncio.Lock()):
+            comm = await self._connection(dest)
+            msg = {
+                "op": op,
+                "reply": False,
+                "run": self.run_id,
+                "rank": dest,
+                "src": self.rank,
+                "key": key,
+                "data": to_serialize(data),
+            }
             try:
-                comm = self._comms.get(dest)
-                if comm is not None and comm.closed():  # it was open: the peer went away
-                    raise OSError("its connection closed")
-                if comm is None:
-                    comm = await connect(
-                        address, timeout=self.connect_timeout, **self.connection_args
-                    )
-                    comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
-                    unacked_for(comm, self.unacked_timeout_s)
-                    self._comms[dest] = comm
-                msg = {
-                    "op": op,
-                    "reply": False,
-                    "run": self.run_id,
-                    "rank": dest,
-                    "src": self.rank,
-                    "key": key,
-                    "data": to_serialize(data),
-                }
                 await comm.write(msg, on_error="raise")
             except (OSError, asyncio.TimeoutError) as e:
-                raise PeerLost(
-                    f"rank {dest} ({address}) was lost: rank {self.rank} could not send to it "
-                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'closed'})"
-                ) from None
+                raise self._lost(dest, e) from None
+
+    async def _connection(self, dest: int):
+        """The connection to ``dest`` (under its lock), opened on first use and kept."""
+        comm = self._comms.get(dest)
+        try:
+            if comm is not None and comm.closed():  # it was open: the peer went away
+                raise OSError("its connection closed")
+            if comm is None:
+                comm = await connect(
+                    self.peers[dest], timeout=self.connect_timeout, **self.connection_args
+                )
+                comm.name = f"dcoded {self.run_id} rank {self.rank} -> {dest}"
+                unacked_for(comm, self.unacked_timeout_s)
+                self._comms[dest] = comm
+        except (OSError, asyncio.TimeoutError) as e:
+            raise self._lost(dest, e) from None
+        return comm
+
+    def _lost(self, dest: int, e: Exception) -> PeerLost:
+        return PeerLost(
+            f"rank {dest} ({self.peers[dest]}) was lost: rank {self.rank} could not send to it "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'closed'})"
+        )
 
     def close(self, reason: str) -> None:
         """Wake the step loop (it raises :class:`Aborted`) and close the connections."""
