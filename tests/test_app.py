@@ -213,3 +213,27 @@ def test_the_console_names_ddps_bytes_the_wire_and_what_happened():
     assert "  network: emulated, switch at 100 Mbit/s, queues of 20 ms\n" in text
     assert "  recovery: rank 1 lost at step 2, went on from step 0 (2 steps again" in text
     assert "inside map's backward" in text and "gradient exchange" not in text
+
+
+def test_a_sweeps_job_folders_do_not_nest_under_an_address_or_a_path(tmp_path):
+    """A job's folder names its overrides; a scheduler's address or a data path in them would
+    nest it under ``tcp:/HOST:PORT,...`` folders. They stay out of the name (the job's config
+    keeps them); each job still fails with its own clear error, in its own flat folder."""
+    result = _cli(
+        "-m",
+        "cluster=address",
+        "cluster.address=tcp://127.0.0.1:9",
+        "cluster.connect_timeout_s=2",
+        "dataset.path=/nowhere/digits",
+        "coding.redundancy=1,2",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    assert result.returncode != 0
+    jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert jobs == [
+        f"{i}-cluster.connect_timeout_s=2,cluster=address,coding.redundancy={r}"
+        for i, r in enumerate((1, 2))
+    ], jobs
+    for job in jobs:
+        config = (tmp_path / job / ".hydra" / "config.yaml").read_text()
+        assert "address: tcp://127.0.0.1:9" in config and "path: /nowhere/digits" in config
