@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -294,7 +294,7 @@ def _build_hub(net: Network, n_workers: int) -> None:
     pods' and racks' bridges with their uplinks, and the bus's IFB device."""
     hub, shape = net.hub, net.links.shape
     _ip("netns", "add", hub)
-    _bridge(hub, "br0")
+    _bridge(hub, "br0", snoop=net.links.topology != "bus")
     for q in range(shape.n_pods(n_workers)):
         # the pod's uplink: pu{q} on the pod bridge, pc{q} on the core
         _bridge(hub, f"pd{q}")
@@ -336,8 +336,7 @@ def _add_host(net: Network, i: int, name: str, n_workers: int) -> None:
     bridge = "br0"
     if shape.racked and name.startswith("w"):
         bridge = f"rk{shape.rack_of(n_workers)[int(name[1:])]}"
-    _ip("link", "set", hub_end, "master", bridge, ns=hub)
-    _ip("link", "set", hub_end, "up", ns=hub)
+    _port(hub, hub_end, bridge, snoop=net.links.topology != "bus")
     _ip("addr", "add", f"{host.ip}/24", "dev", "eth0", ns=host.ns)
     _ip("link", "set", "eth0", "up", ns=host.ns)
     # IP multicast leaves by the host's one link; a worker joins a group per receiver set
@@ -387,17 +386,113 @@ def _onto_bus(hub: str, hub_end: str) -> None:
     )
 
 
-def _bridge(ns: str, name: str) -> None:
+def _bridge(ns: str, name: str, snoop: bool = True) -> None:
+    """A bridge that forwards a multicast datagram only to the ports of its group's entries
+    (:func:`route_groups`), as a switch with IGMP snooping does; without ``snoop`` (a bus: a
+    hub, where every host hears every frame) to every port. A Linux bridge floods a group to
+    every port while it knows of no querier, and for a query response interval (10 s by
+    default, 1 s here) after one appears: it is its own querier, and that interval is set
+    before the querier (it is the wait the querier starts)."""
     _ip("link", "add", name, "type", "bridge", ns=ns)
     _ip("link", "set", name, "up", ns=ns)
+    if snoop:
+        _ip("link", "set", name, "type", "bridge", "mcast_snooping", "1", ns=ns)
+        _ip("link", "set", name, "type", "bridge", "mcast_query_response_interval", "100", ns=ns)
+        _ip("link", "set", name, "type", "bridge", "mcast_querier", "1", ns=ns)
+
+
+def _port(ns: str, end: str, bridge: str, uplink: bool = False, snoop: bool = True) -> None:
+    """``end`` a port of ``bridge``; with ``snoop``, one that never gets a multicast datagram
+    no entry sends it (``mcast_flood off``), and an uplink's end never counts as a multicast
+    router's port either, which would draw every group across it."""
+    _ip("link", "set", end, "master", bridge, ns=ns)
+    if snoop:
+        flags = ["mcast_flood", "off", *(["mcast_router", "0"] if uplink else [])]
+        _ip("link", "set", "dev", end, "type", "bridge_slave", *flags, ns=ns)
+    _ip("link", "set", end, "up", ns=ns)
 
 
 def _uplink(ns: str, low: str, below: str, high: str, above: str) -> None:
     """A veth pair joining bridge ``below`` (its end ``low``) to bridge ``above`` (``high``)."""
     _ip("link", "add", low, "type", "veth", "peer", "name", high, ns=ns)
     for end, bridge in ((low, below), (high, above)):
-        _ip("link", "set", end, "master", bridge, ns=ns)
-        _ip("link", "set", end, "up", ns=ns)
+        _port(ns, end, bridge, uplink=True)
+
+
+def group_ports(links: Links, n_workers: int, members: Iterable[int]) -> list[tuple[str, str]]:
+    """The bridge ports, ``(bridge, port)``, that a multicast group of workers ``members``
+    (``k`` for host ``w{k}``) needs so that a datagram from any host reaches every member and
+    crosses only the links toward them: each member's own port; a rack's uplink (a pod's) when
+    a member is outside it; the way down into a rack (a pod) that holds a member.
+
+    >>> group_ports(Links(25.0, topology="racks", rack_size=2, uplink_mbit=25.0), 4, [1, 2])
+    [('br0', 'c0'), ('br0', 'c1'), ('rk0', 'u0'), ('rk0', 'v2'), ('rk1', 'u1'), ('rk1', 'v3')]
+    >>> group_ports(Links(25.0), 4, [1, 2])
+    [('br0', 'v2'), ('br0', 'v3')]
+    """
+    shape, members = links.shape, sorted(set(members))
+    racks = shape.rack_of(n_workers)
+    ports = set()
+    for k in members:  # host w{k} is the hub's v{k+1} (the scheduler is v0)
+        ports.add((f"rk{racks[k]}" if racks else "br0", f"v{k + 1}"))
+    if racks:
+        held = {racks[k] for k in members}
+        for r in range(shape.n_racks(n_workers)):
+            pod = shape.pod_of_rack(r)
+            if held - {r}:
+                ports.add((f"rk{r}", f"u{r}"))
+            if r in held:
+                ports.add(("br0" if pod is None else f"pd{pod}", f"c{r}"))
+        pods = {shape.pod_of_rack(r) for r in held} - {None}
+        for q in range(shape.n_pods(n_workers)):
+            if pods - {q}:
+                ports.add((f"pd{q}", f"pu{q}"))
+            if q in pods:
+                ports.add(("br0", f"pc{q}"))
+    return sorted(ports)
+
+
+def route_groups(hub: str, links: Links, n_workers: int, groups: Mapping[str, Iterable[int]]):
+    """Give each multicast group (address: its workers) its entries on the hub's bridges
+    (:func:`group_ports`), in place of every entry a run put there before (a network that
+    several runs share keeps none of an earlier run's groups)."""
+    shown = subprocess.run(
+        ["bridge", "-n", hub, "-j", "mdb", "show"], capture_output=True, text=True, timeout=30
+    )
+    lines = []
+    for table in json.loads(shown.stdout or "[]"):
+        for entry in table.get("mdb", []):
+            if entry.get("state") == "permanent" and "." in entry.get("grp", ""):
+                lines.append(f"mdb del dev {entry['dev']} port {entry['port']} grp {entry['grp']}")
+    for address, members in groups.items():
+        for bridge, port in group_ports(links, n_workers, members):
+            lines.append(f"mdb add dev {bridge} port {port} grp {address} permanent")
+    if not lines:
+        return
+    result = subprocess.run(
+        ["bridge", "-n", hub, "-batch", "-"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode:
+        why = result.stderr.strip()
+        raise NetemUnavailable(f"the multicast groups' bridge entries failed: {why}")
+
+
+def route_run(cluster: Mapping, groups: Mapping[str, Iterable[str]]) -> None:
+    """:func:`route_groups` for a run's driver: ``cluster`` its config (``worker_ips``, the
+    hub's namespace, the network), ``groups`` each group's members by their Dask address."""
+    links = Links.from_config(cluster["netem"])
+    if links.topology == "bus":  # a hub: every host hears every frame, as on a real one
+        return
+    ips = list(cluster["worker_ips"])  # w0's first
+    where = {
+        address: [ips.index(member.split("://")[-1].rsplit(":", 1)[0]) for member in members]
+        for address, members in groups.items()
+    }
+    route_groups(cluster["namespaces"]["hub"], links, len(ips), where)
 
 
 def _shape(net: Network) -> None:
@@ -834,6 +929,8 @@ def _driver_config(cfg: Mapping, net: Network) -> dict:
         # every namespace, for the kernel's loss counters around the training loop
         "namespaces": {**{n: h.ns for n, h in net.hosts.items()}, "hub": net.hub},
         "netem": net.links.as_dict(),
+        # each worker's address, w0 first: the multicast groups' bridge entries
+        "worker_ips": [h.ip for h in net.workers()],
         "given": dict(cluster),  # what summary.json records as the run's cluster
         # the driver dilates every timer that stands for a network or compute time, and puts
         # the hosts' quotas in force while its training loop runs

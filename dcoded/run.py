@@ -32,6 +32,7 @@ from dcoded.cluster import (
 )
 from dcoded.config import build_spec, plain
 from dcoded.engine import straggle, trainer
+from dcoded.engine.direct import multicast_groups
 from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
@@ -225,6 +226,7 @@ def _attempts(training: _Training, c: dict, train_fn, run_ids: list[str]):
     wire0, losses0 = probe(), losses()
     with scale.quotas_in_force(given, quota_us):
         while True:
+            _route_multicast(c["cluster"], training.ctx)
             try:
                 theta = train_fn(training.ctx)
                 break
@@ -239,6 +241,14 @@ def _attempts(training: _Training, c: dict, train_fn, run_ids: list[str]):
     if losses0 is not None:
         training.ctx.log.kernel_losses = netem.loss_delta(losses0, losses())
     return theta, wire0, wire1
+
+
+def _route_multicast(cluster: Mapping, ctx: Context) -> None:
+    """On the emulated network, the bridges forward each multicast group of this attempt only
+    toward its members, as switches that snoop IGMP do (without it, they flood every group to
+    every link)."""
+    if ctx.spec.transport == "multicast" and cluster.get("worker_ips"):
+        netem.route_run(cluster, multicast_groups(ctx.spec, ctx.workers))
 
 
 def _in_emulated_network(c: dict, spec, out_dir, reuse: bool, client) -> dict:

@@ -189,6 +189,7 @@ SHAPES = {
 INTERNAL = (
     "cluster.wire",
     "cluster.namespaces",
+    "cluster.worker_ips",
     "cluster.netem",
     "cluster.given",
     "cluster.scale.",

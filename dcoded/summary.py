@@ -420,11 +420,11 @@ def _happened(summary: Mapping) -> list[str]:
     ...                  "not_waited": {"1": 12, "3": 10}},
     ...     "recoveries": [{"lost": [{"worker": "tcp://w2", "rank": 2}], "at_step": 55,
     ...                     "resumed_from": 40, "steps_replayed": 15, "replaced": 1}],
-    ...     "repairs": {"sent_again": 31, "asks": 12}})  # doctest: +NORMALIZE_WHITESPACE
+    ...     "repairs": {"sent": 5120, "sent_again": 31, "asks": 12}})  # doctest: +NORMALIZE_WHITESPACE
     ['  network: emulated, bus at 100 Mbit/s, queues of 20 ms',
      '  stragglers: straggle=stall on 9 of 100 steps; 22 steps did not wait (rank 1: 12, rank 3: 10)',
      '  recovery: rank 2 lost at step 55, went on from step 40 (15 steps again, 1 new worker)',
-     '  repairs: 31 datagrams sent again, 12 asks']
+     '  repairs: 31 datagrams sent again of 5120, 12 asks']
     """  # noqa: E501
     out = []
     net = (summary.get("environment") or {}).get("netem")
@@ -458,9 +458,10 @@ def _happened(summary: Mapping) -> list[str]:
             f"worker{'s' * (ev['replaced'] != 1)})"
         )
     repairs = summary.get("repairs") or {}
-    if any(repairs.values()):
+    if any(v for k, v in repairs.items() if k != "sent"):
+        of = f" of {repairs['sent']}" if repairs.get("sent") else ""
         out.append(
-            f"  repairs: {repairs.get('sent_again', 0)} datagrams sent again, "
+            f"  repairs: {repairs.get('sent_again', 0)} datagrams sent again{of}, "
             f"{repairs.get('asks', 0)} asks"
         )
     return out

@@ -17,7 +17,7 @@ def _link(rank=0):
     link = object.__new__(MulticastLink)
     link.rank, link.tag, link.ips = rank, b"tagx", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
     link.paces = {"shuffle": 1e6, "seg": 1e6}
-    link.repaired = link.asks_early = 0
+    link.repaired = link.asks_early = link.datagrams = 0
     link.again = dict.fromkeys(multicast.CAUSES, 0)
     link._cond = threading.Condition()
     link._asked, link._dropped, link._kept, link._transmitted = {}, set(), {}, {}
@@ -223,3 +223,26 @@ def test_a_receiving_socket_that_cannot_join_its_groups_frees_its_port_at_once()
         again.close()
     else:
         raise AssertionError("an address that is not one was joined")
+
+
+def test_queued_messages_go_out_interleaved_each_at_its_share():
+    """New messages queued together go out interleaved: after any number of datagrams, each
+    message has sent its share of them to within one datagram (so each receiver's link gets
+    the share the pace assumes at every moment); a repair or marker keeps its place behind
+    what was queued before it, and each message's last datagram carries its key."""
+    sizes = [7, 1, 30, 12, 5]
+    items = [((f"m{i}", None), f"g{i}", [bytes([i, j]) for j in range(n)], 1.0) for i, n in
+             enumerate(sizes)]  # fmt: skip
+    repair = (("m0", 2), "h2", [b"r"], 1.0)
+    out = list(multicast.interleaved([*items, repair, (("late", None), "g9", [b"z"], 1.0)]))
+    total = sum(sizes)
+    assert [d for _, _, d, _ in out[total:]] == [b"r", b"z"]
+    sent = [0] * len(sizes)
+    for t, (sent_as, where, datagram, _) in enumerate(out[:total], 1):
+        i = datagram[0]
+        assert where == f"g{i}" and datagram[1] == sent[i]  # each message's own order
+        sent[i] += 1
+        assert sent_as == ((f"m{i}", None) if sent[i] == sizes[i] else None)
+        for k, n in enumerate(sizes):
+            assert abs(sent[k] - n * t / total) <= 1 + 1e-9, (t, k, sent)
+    assert sent == sizes

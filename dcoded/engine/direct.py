@@ -24,6 +24,7 @@ import secrets
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 from distributed import get_worker
@@ -57,7 +58,7 @@ from dcoded.engine.driver import (
     pinned,
 )
 from dcoded.engine.link import Link
-from dcoded.engine.multicast import KEY, MulticastLink
+from dcoded.engine.multicast import KEY, MulticastLink, group_address
 from dcoded.engine.registry import WorkerState, record, task_key
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
@@ -124,6 +125,16 @@ def receiver_sets(spec: RunSpec, rank: int) -> list[tuple[int, ...]]:
         for o in range(p.n_clusters):
             sets.add(tuple(p.global_id(x, me) for x in range(p.n_clusters) if x != o))
     return sorted(s for s in sets if len(s) > 1 and rank in s)
+
+
+def multicast_groups(spec: RunSpec, workers: Sequence[str]) -> dict[str, list[str]]:
+    """Every multicast group of the run (:func:`receiver_sets` of every rank), its address
+    and its members' addresses (``workers``: each rank's)."""
+    return {
+        group_address(spec.run_id, members): [workers[m] for m in members]
+        for rank in range(spec.n_workers)
+        for members in receiver_sets(spec, rank)
+    }
 
 
 def _key(step: int, *parts) -> str:

@@ -34,7 +34,9 @@ Senders are paced (a sender thread per worker, the datagrams spread evenly in ti
 ``transport.pace_mbit``, by default, per phase, the bottleneck's share for a sender when all
 of the phase's senders send at once: the medium's rate over the senders on a bus, a receiver
 link's rate over the most senders one receiver hears elsewhere (and an uplink's over the most
-senders crossing it, on racks).
+senders crossing it, on racks). That share holds at every moment only if each sender spreads
+its bytes over its receivers as it goes, so the messages a sender has queued go out
+interleaved (:func:`interleaved`), not one after another.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ class MulticastLink(Link):
         self.rng = np.random.default_rng([seed, rank]) if drop else None
         self.drop = drop
         self.repaired = 0  # datagrams sent again at a receiver's request
+        self.datagrams = 0  # datagrams sent, repairs and markers included (the sender thread's)
         self.asks = 0  # negative acknowledgements this rank sent
         self.asks_early = 0  # asks it got for data not yet sent or still on its way
         self.dropped = dict.fromkeys(DROPS, 0)  # datagrams dropped unfiled, by why
@@ -212,15 +215,21 @@ class MulticastLink(Link):
 
     def _transmit(self) -> None:
         """The sender thread: datagrams spread evenly in time at the pace (no more than
-        ``CATCH_UP_S`` of credit is saved up, so a burst never outruns the medium)."""
+        ``CATCH_UP_S`` of credit is saved up, so a burst never outruns the medium), the
+        messages queued together interleaved (:func:`interleaved`)."""
         due = time.monotonic()
         while self._open:
             try:
-                sent_as, where, datagrams, pace = self._outbox.get(timeout=0.2)
+                items = [self._outbox.get(timeout=0.2)]
             except queue.Empty:
                 continue
+            while True:  # whatever else is queued by now goes out with it
+                try:
+                    items.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                for datagram in datagrams:
+                for sent_as, where, datagram, pace in interleaved(items):
                     _SEQ.pack_into(datagram, 4, self._seq)  # the wire's order, 2^32 a run
                     self._seq = (self._seq + 1) & 0xFFFFFFFF
                     seal(datagram, self.mac)
@@ -230,17 +239,19 @@ class MulticastLink(Link):
                         time.sleep(due - now)
                     try:
                         self._tx.sendto(datagram, (where, self.port))
+                        self.datagrams += 1
                     except OSError as e:
                         if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
                             raise
                         # a full queue dropped it: a receiver will ask again
                     due += len(datagram) / pace
-                if sent_as is not None:
-                    self._transmitted[sent_as] = (self._seq - 1) & 0xFFFFFFFF
+                    if sent_as is not None:  # the message's last datagram
+                        self._transmitted[sent_as] = (self._seq - 1) & 0xFFFFFFFF
             except OSError as e:
                 self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
-                self._outbox.task_done()
+                for _ in items:
+                    self._outbox.task_done()
 
     def repair(self, key: str, missing: np.ndarray, requester: int, heard: int) -> None:
         """A receiver lacks these datagrams of ``key`` (all if ``missing`` is empty), having
@@ -348,11 +359,13 @@ class MulticastLink(Link):
             self.deliver(key, np.frombuffer(payload, dtype=_DTYPES[code]))
 
     def repair_counts(self) -> dict[str, int]:
-        """What this rank's repairs have cost so far: datagrams it sent again, asks it sent,
-        asks it got too early, the datagrams it received again by cause, and those it
-        dropped unfiled, by why (:data:`DROPS`)."""
+        """What this rank's repairs have cost so far: the datagrams it sent in all (``sent``,
+        repairs and markers included), those it sent again, asks it sent, asks it got too
+        early, the datagrams it received again by cause, and those it dropped unfiled, by why
+        (:data:`DROPS`)."""
         with self._cond:
             return {
+                "sent": self.datagrams,
                 "sent_again": self.repaired,
                 "asks": self.asks,
                 "asks_early": self.asks_early,
@@ -463,6 +476,41 @@ def _receiving_socket(run_id: str, rank: int, port: int, groups, ip: str) -> soc
         raise
     rx.settimeout(0.2)
     return rx
+
+
+def interleaved(items):
+    """Each datagram of the queued ``items`` (``(sent_as, where, datagrams, pace)``) as
+    ``(sent_as, where, datagram, pace)``, ``sent_as`` given with a message's last datagram
+    only. A run of new messages is interleaved, each message's datagrams spread evenly over
+    the run, so that at every moment a sender puts on each link the share of its bytes the
+    pace assumes (one message after another, every sender sent to the same few receivers at
+    once: in the order of the groups, the lowest ranks first); a repair or a marker keeps
+    its place, behind all queued before it, which the receivers rely on.
+
+    >>> items = [(("a", None), "g1", [b"a0", b"a1"], 1.0), (("b", None), "g2", [b"b0"], 1.0),
+    ...          (("a", 2), "h2", [b"r0"], 1.0), (("c", None), "g3", [b"c0"], 1.0)]
+    >>> [(d, s) for s, _, d, _ in interleaved(items)]  # doctest: +NORMALIZE_WHITESPACE
+    [(b'a0', None), (b'b0', ('b', None)), (b'a1', ('a', None)), (b'r0', ('a', 2)),
+     (b'c0', ('c', None))]
+    """
+    run: list = []
+    for item in [*items, None]:
+        if item is not None and item[0] is not None and item[0][1] is None:
+            run.append(item)  # a new message: interleaved with the others of its run
+            continue
+        spread = sorted(
+            ((i + 0.5) / len(datagrams), m, i)
+            for m, (_, _, datagrams, _) in enumerate(run)
+            for i in range(len(datagrams))
+        )
+        for _, m, i in spread:
+            sent_as, where, datagrams, pace = run[m]
+            yield (sent_as if i == len(datagrams) - 1 else None), where, datagrams[i], pace
+        run = []
+        if item is not None:
+            sent_as, where, datagrams, pace = item
+            for i, datagram in enumerate(datagrams):
+                yield (sent_as if i == len(datagrams) - 1 else None), where, datagram, pace
 
 
 def _sending_socket(ip: str) -> socket.socket:
