@@ -928,6 +928,8 @@ def _driver_config(cfg: Mapping, net: Network) -> dict:
         "wire": [{"ns": h.ns, "ifname": h.ifname, "name": h.name} for h in net.workers()],
         # every namespace, for the kernel's loss counters around the training loop
         "namespaces": {**{n: h.ns for n, h in net.hosts.items()}, "hub": net.hub},
+        # the hub's shaped queues by name: what each link carried in the training loop
+        "queues": {name: dev for name, (dev, _) in hub_queues(net).items()},
         "netem": net.links.as_dict(),
         # each worker's address, w0 first: the multicast groups' bridge entries
         "worker_ips": [h.ip for h in net.workers()],
@@ -1023,6 +1025,26 @@ def loss_counters(namespaces: Mapping[str, str]) -> dict:
         snmp, _, qdiscs = text.partition("---")
         out[name] = {**_udp_counters(snmp), "qdisc_dropped": _qdisc_drops(qdiscs)}
     return out
+
+
+def link_counters(namespaces: Mapping[str, str], queues: Mapping[str, str]) -> dict[str, int]:
+    """The bytes each shaped link has passed so far, by name: the hub's queues (``queues``:
+    name -> device, as :func:`hub_queues` names them: what each host receives, the bus, the
+    uplinks both ways) and what each host sends (``"w0 out"``: its own link's queue)."""
+    hub = _sent_by_device(namespaces["hub"])
+    out = {name: hub.get(dev, 0) for name, dev in queues.items()}
+    for name, ns in namespaces.items():
+        if name != "hub":
+            out[f"{name} out"] = _sent_by_device(ns).get("eth0", 0)
+    return out
+
+
+def _sent_by_device(ns: str) -> dict[str, int]:
+    """Bytes the root queue of each device of namespace ``ns`` has passed (``tc -s -j``)."""
+    text = subprocess.run(
+        ["tc", "-n", ns, "-s", "-j", "qdisc", "show"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return {q["dev"]: int(q.get("bytes", 0)) for q in json.loads(text or "[]") if q.get("root")}
 
 
 def _udp_counters(snmp: str) -> dict[str, int]:

@@ -222,8 +222,9 @@ def _attempts(training: _Training, c: dict, train_fn, run_ids: list[str]):
     # corrected for how much slower this machine computes under them
     given = c["cluster"].get("scale")
     training.ctx, quota_us = scale.speed_probe(training.ctx, given)
-    probe, losses = _wire_probe(c["cluster"]), _loss_probe(c["cluster"])
-    wire0, losses0 = probe(), losses()
+    cluster = c["cluster"]
+    probe, losses, links = _wire_probe(cluster), _loss_probe(cluster), _link_probe(cluster)
+    wire0, losses0, links0 = probe(), losses(), links()
     with scale.quotas_in_force(given, quota_us):
         while True:
             _route_multicast(c["cluster"], training.ctx)
@@ -236,10 +237,12 @@ def _attempts(training: _Training, c: dict, train_fn, run_ids: list[str]):
                 training.ctx = recover(training.ctx, c, e)  # or the one line why it cannot
                 run_ids.append(training.ctx.spec.run_id)
                 training.cluster_info["workers"] = list(training.ctx.workers)
-                wire0 = probe()  # per step of this attempt, as every mean is
+                wire0, links0 = probe(), links()  # per step of this attempt, as every mean is
     wire1 = probe()
     if losses0 is not None:
         training.ctx.log.kernel_losses = netem.loss_delta(losses0, losses())
+    if links0 is not None:
+        training.ctx.log.link_bytes = {k: v - links0.get(k, 0) for k, v in links().items()}
     return theta, wire0, wire1
 
 
@@ -364,6 +367,13 @@ def _loss_probe(cluster: Mapping):
     if not cluster.get("namespaces"):
         return lambda: None
     return lambda: netem.loss_counters(cluster["namespaces"])
+
+
+def _link_probe(cluster: Mapping):
+    """Reads the bytes each emulated link has passed (emulated network only)."""
+    if not cluster.get("queues"):
+        return lambda: None
+    return lambda: netem.link_counters(cluster["namespaces"], cluster["queues"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -190,6 +190,7 @@ INTERNAL = (
     "cluster.wire",
     "cluster.namespaces",
     "cluster.worker_ips",
+    "cluster.queues",
     "cluster.netem",
     "cluster.given",
     "cluster.scale.",

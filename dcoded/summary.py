@@ -27,6 +27,7 @@ from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
 from dcoded.provenance import code_version
 from dcoded.results import PHASES, run_name
+from dcoded.topology import link_report
 
 
 def theory(spec: RunSpec, d: int) -> dict:
@@ -133,6 +134,8 @@ def make_summary(
         "config": spec.extra.get("config"),
         "n_sub_batches": math.comb(spec.placement.g, spec.redundancy) if placed else None,
     }
+    # the emulated network: each link's bytes a step beside the bound's, the busiest
+    summary["links"] = link_report(summary, log.link_bytes, len(rows))
     if log.compute_speed:  # the scale model's: the emulated network completes the block
         summary["scale_model"] = {"compute": log.compute_speed}
     return summary
@@ -225,6 +228,25 @@ def _environment(spec: RunSpec, cluster_info: dict) -> dict:
         "distributed": distributed.__version__,
         "numpy": np.__version__,
     }
+
+
+def _links_line(links: Mapping | None) -> list[str]:
+    """The busiest link's bytes a step beside the bound's busiest, and all links' total.
+
+    >>> _links_line({"busiest": {"measured": {"link": "rack0 up", "bytes": 1.2e6},
+    ...                          "bound": {"link": "rack1 up", "bytes": 1.1e6}},
+    ...              "total": {"measured": 9.8e6, "bound": 8.7e6}})
+    ['  busiest link: rack0 up, 1,200,000 B a step (bound: rack1 up, 1,100,000 B); all links sent 9,800,000 B (bound 8,700,000 B)']
+    """  # noqa: E501
+    if not links:
+        return []
+    seen, bound = links["busiest"]["measured"], links["busiest"]["bound"]
+    total = links["total"]
+    return [
+        f"  busiest link: {seen['link']}, {seen['bytes']:,.0f} B a step (bound: {bound['link']}, "
+        f"{bound['bytes']:,.0f} B); all links sent {total['measured']:,.0f} B "
+        f"(bound {total['bound']:,.0f} B)"
+    ]
 
 
 def _late(log) -> list[str]:
@@ -439,6 +461,7 @@ def _happened(summary: Mapping) -> list[str]:
                 f", pods of {net['pod_racks']} racks, uplinks {net['pod_uplink_mbit']:g} Mbit/s"
             )
         out.append(f"  network: emulated, {where}, queues of {net['queue_ms']:g} ms")
+        out += _links_line(summary.get("links"))
     out += _scale_line(summary)
     st = summary.get("straggle") or {}
     said = []

@@ -29,7 +29,17 @@ from dcoded.coding import bounds
 from dcoded.coding.bounds import TOPOLOGIES  # every topology the model knows, in table order
 from dcoded.coding.messages import algorithm_messages
 
-__all__ = ["EMULATED", "RACKED", "TOPOLOGIES", "Shape", "check", "phase_bounds", "phase_messages"]
+__all__ = [
+    "EMULATED",
+    "RACKED",
+    "TOPOLOGIES",
+    "Shape",
+    "check",
+    "link_loads",
+    "link_report",
+    "phase_bounds",
+    "phase_messages",
+]
 #: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
 EMULATED = ("switch", "bus", "racks", "fattree")
 #: The topologies whose workers sit in racks behind uplinks.
@@ -239,3 +249,74 @@ def phase_bounds(summary: Mapping) -> dict[str, float]:
         out[phase] = shape.seconds(loads)
     out["comm"] = out["shuffle"] + out["params"]
     return out
+
+
+def link_loads(summary: Mapping) -> dict[str, float]:
+    """The bytes one step of a run's exchange (:func:`phase_messages`, both phases) puts on
+    each link of its emulated network, by the names the network gives its queues: ``"w0 in"``
+    and ``"w0 out"`` (the driver's: ``"drv ..."``), ``"rack0 up"`` / ``"rack0 down"``,
+    ``"pod0 up"`` / ``"pod0 down"``, and ``"bus"``."""
+    shape = Shape.of(summary["environment"]["netem"])
+    K = summary["n_workers"]
+    host = [f"w{k}" for k in range(K)] + ["drv"]
+    out: dict[str, float] = {}
+
+    def add(name: str, value: float) -> None:
+        out[name] = out.get(name, 0.0) + float(value)
+
+    multicast = summary.get("transport") == "multicast"
+    for messages in phase_messages(summary).values():
+        loads = shape.link_bytes(messages, K, multicast)
+        for way, key in (("out", "egress"), ("in", "ingress")):
+            for h, value in enumerate(loads[key]):
+                add(f"{host[h]} {way}", value)
+        for key, name in (("up", "rack{} up"), ("down", "rack{} down")):
+            for r, value in loads[key].items():
+                add(name.format(r), value)
+        for key, name in (("pod_up", "pod{} up"), ("pod_down", "pod{} down")):
+            for q, value in loads[key].items():
+                add(name.format(q), value)
+        if shape.kind == "bus":
+            add("bus", loads["medium"])
+    return out
+
+
+def link_rate(net: Mapping, name: str) -> float:
+    """The rate (Mbit/s) of link ``name`` of the emulated network described by ``net``."""
+    if name.startswith("rack"):
+        return float(net["uplink_mbit"])
+    if name.startswith("pod"):
+        return float(net["pod_uplink_mbit"])
+    if name.startswith("drv"):
+        return float(net.get("driver_bandwidth_mbit") or net["bandwidth_mbit"])
+    return float(net["bandwidth_mbit"])
+
+
+def link_report(summary: Mapping, measured: Mapping[str, float] | None, steps: int):
+    """``summary.json``'s ``links`` (``None`` off the emulated network): the bytes per step on
+    every link, measured (all the link's queue passed in the training loop: headers, Dask's
+    control traffic and evaluation included) beside the bound's (:func:`link_loads`: the
+    exchange's payload alone); the busiest link of each, the one with the most bytes for its
+    rate (a scheme's load as Topological CDC counts it), and the total (all that was sent,
+    each copy once)."""
+    net = summary["environment"].get("netem")
+    if not net or not measured or steps <= 0:
+        return None
+    bound = link_loads(summary)
+    per_step = {name: value / steps for name, value in measured.items()}
+    names = sorted(set(per_step) | set(bound))
+
+    def busiest(loads: Mapping[str, float]) -> dict:
+        name = max(names, key=lambda n: (loads.get(n, 0.0) / link_rate(net, n), n))
+        return {"link": name, "bytes": loads.get(name, 0.0), "rate_mbit": link_rate(net, name)}
+
+    def total(loads: Mapping[str, float]) -> float:
+        return sum(v for n, v in loads.items() if n.endswith(" out") and not n.startswith("sched"))
+
+    return {
+        "bytes_per_step": {
+            n: {"measured": per_step.get(n, 0.0), "bound": bound.get(n, 0.0)} for n in names
+        },
+        "busiest": {"measured": busiest(per_step), "bound": busiest(bound)},
+        "total": {"measured": total(per_step), "bound": total(bound)},
+    }

@@ -152,6 +152,7 @@ class TrainingLog:
         self.allreduced = 0  # bytes DDP put through all-reduce, all ranks and steps
         self.wire: list[int] | None = None  # bytes each worker interface sent (netem)
         self.kernel_losses: dict | None = None  # netem: the kernel's loss counters' rise
+        self.link_bytes: dict | None = None  # netem: the bytes each link passed, the last attempt
         self.compute_speed: dict | None = None  # the scale model's probe (scale.measure_speed)
         self._nonfinite: tuple[int, float] | None = None
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
