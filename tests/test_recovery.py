@@ -69,7 +69,8 @@ def _reference(tmp_path: Path, name: str, *overrides: str, once: bool = False) -
     ("sig", "overrides"),
     [
         (signal.SIGKILL, ["coding.shuffle=coded"]),
-        (signal.SIGKILL, ["coding.shuffle=summed"]),
+        # summed recovers through the same path as coded and hybrid (the suite's time: one
+        # case less); its steps are checked bit for bit in test_engine
         (signal.SIGKILL, ["coding.shuffle=hybrid", "coding.redundancy=3"]),
         (signal.SIGKILL, ["algorithm=ssgd"]),
         (signal.SIGSTOP, ["coding.shuffle=coded"]),
@@ -78,7 +79,6 @@ def _reference(tmp_path: Path, name: str, *overrides: str, once: bool = False) -
     ],
     ids=[
         "kill-coded",
-        "kill-summed",
         "kill-hybrid",
         "kill-ssgd",
         "stop-coded",
