@@ -593,8 +593,8 @@ def section(results: Path, size: str) -> str:
         )
     out.append(
         "  A test keeps every run within the error stated for it (`tests/test_predict.py`). "
-        "Multicast on racks is worst: its paced senders overrun the shared uplinks, and the "
-        "runs repaired thousands of datagrams (`repaired_datagrams`), which no term models."
+        "Runs of multicast on racks whose senders overran the shared uplinks (thousands of "
+        "`repaired_datagrams`, which no term models) are the model's worst."
     )
     pred = predicted_rows(cal)
     cross = crossovers(pred)

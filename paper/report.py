@@ -119,7 +119,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
             continue
         parts.append(section.section(results, size))
         parts += [f"![{f}](figures/{f})" for f in section.FIGURES]
-    parts += ["", prose("differs"), "", prose("changes")]
+    parts += ["", prose("racks"), "", prose("differs"), "", prose("changes")]
     target = paths.report(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     files.write_text(target, "\n".join(parts) + "\n")
