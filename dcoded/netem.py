@@ -389,10 +389,11 @@ def _onto_bus(hub: str, hub_end: str) -> None:
 def _bridge(ns: str, name: str, snoop: bool = True) -> None:
     """A bridge that forwards a multicast datagram only to the ports of its group's entries
     (:func:`route_groups`), as a switch with IGMP snooping does; without ``snoop`` (a bus: a
-    hub, where every host hears every frame) to every port. A Linux bridge floods a group to
-    every port while it knows of no querier, and for a query response interval (10 s by
-    default, 1 s here) after one appears: it is its own querier, and that interval is set
-    before the querier (it is the wait the querier starts)."""
+    hub, where every host hears every frame) to every port. A Linux bridge ignores its
+    entries while it knows of no querier, and for a query response interval (10 s by
+    default, 1 s here) after one appears; its ports flood no group, so in that window it
+    forwards multicast nowhere. It is its own querier, and that interval is set before the
+    querier (it is the wait the querier starts)."""
     _ip("link", "add", name, "type", "bridge", ns=ns)
     _ip("link", "set", name, "up", ns=ns)
     if snoop:
