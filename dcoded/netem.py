@@ -542,13 +542,7 @@ def queue_rates(net: Network) -> dict[str, float]:
 
 def queue_counters(net: Network) -> dict[str, dict[str, int]]:
     """Bytes sent and the backlog now of each of :func:`hub_queues` (``tc -s -j``)."""
-    text = subprocess.run(
-        ["tc", "-n", net.hub, "-s", "-j", "qdisc", "show"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    ).stdout
-    by_dev = {q.get("dev"): q for q in json.loads(text or "[]") if q.get("root")}
+    by_dev = _root_queues(net.hub)
     out = {}
     for name, (dev, _) in hub_queues(net).items():
         q = by_dev.get(dev)
@@ -1032,20 +1026,20 @@ def link_counters(namespaces: Mapping[str, str], queues: Mapping[str, str]) -> d
     """The bytes each shaped link has passed so far, by name: the hub's queues (``queues``:
     name -> device, as :func:`hub_queues` names them: what each host receives, the bus, the
     uplinks both ways) and what each host sends (``"w0 out"``: its own link's queue)."""
-    hub = _sent_by_device(namespaces["hub"])
-    out = {name: hub.get(dev, 0) for name, dev in queues.items()}
+    hub = _root_queues(namespaces["hub"])
+    out = {name: int(hub.get(dev, {}).get("bytes", 0)) for name, dev in queues.items()}
     for name, ns in namespaces.items():
         if name != "hub":
-            out[f"{name} out"] = _sent_by_device(ns).get("eth0", 0)
+            out[f"{name} out"] = int(_root_queues(ns).get("eth0", {}).get("bytes", 0))
     return out
 
 
-def _sent_by_device(ns: str) -> dict[str, int]:
-    """Bytes the root queue of each device of namespace ``ns`` has passed (``tc -s -j``)."""
+def _root_queues(ns: str) -> dict[str, dict]:
+    """The root queue of each device of namespace ``ns``, with its counters (``tc -s -j``)."""
     text = subprocess.run(
         ["tc", "-n", ns, "-s", "-j", "qdisc", "show"], capture_output=True, text=True, timeout=30
     ).stdout
-    return {q["dev"]: int(q.get("bytes", 0)) for q in json.loads(text or "[]") if q.get("root")}
+    return {q.get("dev"): q for q in json.loads(text or "[]") if q.get("root")}
 
 
 def _udp_counters(snmp: str) -> dict[str, int]:
