@@ -25,6 +25,12 @@ def _link(rank=0):
     return link
 
 
+def _next(link):
+    """The one item of the next batch queued for the sender thread."""
+    (item,) = link._outbox.get_nowait()
+    return item
+
+
 def _head(datagram):
     return multicast._HEAD.unpack_from(bytes(datagram))
 
@@ -43,23 +49,23 @@ def test_a_sender_re_sends_only_what_the_receiver_had_later_datagrams_after():
     link._kept[key] = (datagrams, 3)
     # queued, not yet on the network: a marker goes behind it (the queue keeps the order)
     link.repair(key, np.array([2]), requester=1, heard=10)
-    _, where, (marker,), _ = link._outbox.get_nowait()
+    _, where, (marker,), _ = _next(link)
     assert where == "10.0.0.2" and _head(marker)[-1] == MARKER and link.asks_early == 1
     link._transmitted[key, None] = 40  # its last datagram had sequence number 40
     # the receiver had up to 39 from us: the tail may be on its way, so a marker follows it
     link.repair(key, np.array([2]), requester=1, heard=39)
-    _, where, (marker,), _ = link._outbox.get_nowait()
+    _, where, (marker,), _ = _next(link)
     assert where == "10.0.0.2" and _head(marker)[-1] == MARKER and link.repaired == 0
     link.repair(key, np.array([2]), requester=1, heard=-1)  # had nothing from us yet
-    assert _head(link._outbox.get_nowait()[2][0])[-1] == MARKER
+    assert _head(_next(link)[2][0])[-1] == MARKER
     # it had 41: datagram 2 was lost for sure, and goes again (flagged), alone
     link.repair(key, np.array([2]), requester=2, heard=41)
-    _, where, again, _ = link._outbox.get_nowait()
+    _, where, again, _ = _next(link)
     assert where == "10.0.0.3" and link.repaired == 1 and link.asks_early == 3
     assert _head(again[0])[2] == 2 and _head(again[0])[-1] == REPAIR | 0
     assert bytes(again[0])[multicast._HEAD.size :] == bytes(datagrams[2])[multicast._HEAD.size :]
     link.repair(key, np.zeros(0, np.int64), requester=2, heard=41)  # lacks it all
-    assert len(link._outbox.get_nowait()[2]) == 3 and link.repaired == 4
+    assert len(_next(link)[2]) == 3 and link.repaired == 4
 
 
 def test_an_ask_for_a_message_not_made_yet_is_answered_by_a_marker_behind_it():
@@ -72,10 +78,9 @@ def test_an_ask_for_a_message_not_made_yet_is_answered_by_a_marker_behind_it():
     link.repair(key, np.array([], np.int64), requester=2, heard=-1)
     assert link._outbox.empty() and link.asks_early == 1 and link._marker_owed == {key: {2}}
     link.send([(1, key, "pkt", np.arange(1000, dtype="<f4"))])
-    _, where, datagrams, _ = link._outbox.get_nowait()
-    assert where == "10.0.0.2" and len(datagrams) == 3
-    _, where, (marker,), _ = link._outbox.get_nowait()
-    assert where == "10.0.0.3" and _head(marker)[-1] == MARKER and link._marker_owed == {}
+    (_, where, datagrams, _), (_, where_marker, (marker,), _) = link._outbox.get_nowait()
+    assert where == "10.0.0.2" and len(datagrams) == 3 and where_marker == "10.0.0.3"
+    assert _head(marker)[-1] == MARKER and link._marker_owed == {}
     # an ask for a step long over owes nothing (its message will never be made)
     link._kept["9/pkt/x"] = ([], 9)
     link.repair("5/pkt/x", np.array([], np.int64), requester=1, heard=-1)
@@ -93,11 +98,11 @@ def test_what_went_to_one_receiver_does_not_make_another_wait():
     link._transmitted[key, None] = 40
     link._transmitted[key, 2] = 50  # a repair to rank 2 alone, sent as 50
     link.repair(key, np.array([0]), requester=1, heard=45)  # rank 1 had 45 > 40: lost
-    assert link._outbox.get_nowait()[0] == (key, 1) and link.asks_early == 0
+    assert _next(link)[0] == (key, 1) and link.asks_early == 0
     link.repair(key, np.array([0]), requester=2, heard=45)  # rank 2's repair may be on its way
-    assert link._outbox.get_nowait()[0] is None and link.asks_early == 1  # a marker, untracked
+    assert _next(link)[0] is None and link.asks_early == 1  # a marker, untracked
     link.repair(key, np.array([0]), requester=2, heard=51)
-    assert link._outbox.get_nowait()[0] == (key, 2) and link.repaired == 2
+    assert _next(link)[0] == (key, 2) and link.repaired == 2
 
 
 def test_a_receiver_says_why_it_got_a_datagram_again():
@@ -195,8 +200,8 @@ def test_every_datagram_a_sender_puts_on_the_wire_carries_a_code_that_holds():
 
     link._tx = Tx()
     datagrams = multicast._fragments(link.tag, 0, "1/seg/0", np.arange(600, dtype="<f4"))
-    link._outbox.put((("1/seg/0", None), "10.0.0.2", datagrams, 1e9))
-    link._outbox.put((("1/seg/0", 1), "10.0.0.2", [multicast._as_repair(datagrams[0])], 1e9))
+    link._outbox.put([(("1/seg/0", None), "10.0.0.2", datagrams, 1e9)])
+    link._outbox.put([(("1/seg/0", 1), "10.0.0.2", [multicast._as_repair(datagrams[0])], 1e9)])
     link._transmit()
     assert len(sent) == 3 and _head(sent[2])[-1] & REPAIR
     for i, d in enumerate(sent):
@@ -246,3 +251,27 @@ def test_queued_messages_go_out_interleaved_each_at_its_share():
         for k, n in enumerate(sizes):
             assert abs(sent[k] - n * t / total) <= 1 + 1e-9, (t, k, sent)
     assert sent == sizes
+
+
+def test_one_send_goes_out_interleaved_however_soon_the_sender_wakes():
+    """The messages of one ``send`` are one batch: a sender thread that wakes between two of
+    them (it did, and sent the first message alone, to one group at the full pace) still
+    interleaves all of them."""
+    link = _link()
+    link.sent, link.run_id = {"pkt": 0}, "run"
+    link.mac = multicast.authenticator(bytes(multicast.KEY))
+    link.port, link._open, link._seq = 9, True, 0
+    link._forget_old = lambda: None
+    put, woke = link._outbox.put, []
+
+    def put_and_wake(batch):  # the sender thread takes each batch the moment it is queued
+        put(batch)
+        woke.append(link._outbox.get_nowait())
+        link._outbox.task_done()
+
+    link._outbox.put = put_and_wake
+    messages = [(d, f"3/pkt/{d}", "pkt", np.arange(700 * (d + 1), dtype="<f4")) for d in (1, 2)]
+    link.send(messages)
+    assert len(woke) == 1 and [item[1] for item in woke[0]] == ["10.0.0.2", "10.0.0.3"]
+    order = [where for _, where, _, _ in multicast.interleaved(woke[0])]
+    assert len(order) > 4 and set(order[: len(order) // 2]) == {"10.0.0.2", "10.0.0.3"}

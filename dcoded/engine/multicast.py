@@ -187,6 +187,7 @@ class MulticastLink(Link):
         by_key: dict[str, tuple[str, np.ndarray, list[int]]] = {}
         for dest, key, kind, data in messages:
             by_key.setdefault(key, (kind, data, []))[2].append(dest)
+        batch, markers = [], []
         with self._send_lock:  # the receiving thread answers requests for plain values
             for key, (kind, data, dests) in by_key.items():
                 self.sent[kind] += data.nbytes  # once: what the medium carries
@@ -194,9 +195,12 @@ class MulticastLink(Link):
                 self._kept[key] = (datagrams, _step_of(key))
                 dest = self.ips[dests[0]] if len(dests) == 1 else None
                 where = dest or group_address(self.run_id, dests)
-                self._outbox.put(((key, None), where, datagrams, self._pace(kind)))
+                batch.append(((key, None), where, datagrams, self._pace(kind)))
                 for requester in self._marker_owed.pop(key, ()):  # asked for before it was made
-                    self._mark(key, requester)
+                    markers.append(self._marker(key, requester))
+            # one batch: the sender thread interleaves all of it, however soon it wakes (a
+            # marker goes behind every message of the batch, its own among them)
+            self._outbox.put(batch + markers)
             self._forget_old()
 
     def _pace(self, kind: str) -> float:
@@ -220,14 +224,15 @@ class MulticastLink(Link):
         due = time.monotonic()
         while self._open:
             try:
-                items = [self._outbox.get(timeout=0.2)]
+                batches = [self._outbox.get(timeout=0.2)]
             except queue.Empty:
                 continue
             while True:  # whatever else is queued by now goes out with it
                 try:
-                    items.append(self._outbox.get_nowait())
+                    batches.append(self._outbox.get_nowait())
                 except queue.Empty:
                     break
+            items = [item for batch in batches for item in batch]
             try:
                 for sent_as, where, datagram, pace in interleaved(items):
                     _SEQ.pack_into(datagram, 4, self._seq)  # the wire's order, 2^32 a run
@@ -250,7 +255,7 @@ class MulticastLink(Link):
             except OSError as e:
                 self.fail(PeerLost(f"rank {self.rank} could not send datagrams: {e}"))
             finally:
-                for _ in items:
+                for _ in batches:
                     self._outbox.task_done()
 
     def repair(self, key: str, missing: np.ndarray, requester: int, heard: int) -> None:
@@ -282,14 +287,16 @@ class MulticastLink(Link):
             _as_repair(datagrams[i]) for i in (missing if len(missing) else range(len(datagrams)))
         ]
         self.repaired += len(again)
-        self._outbox.put(((key, requester), self.ips[requester], again, self._pace("shuffle")))
+        self._outbox.put([((key, requester), self.ips[requester], again, self._pace("shuffle"))])
 
     def _mark(self, key: str, requester: int) -> None:
         """Queue a marker of ``key`` for ``requester`` behind all this rank has queued."""
+        self._outbox.put([self._marker(key, requester)])
+
+    def _marker(self, key: str, requester: int):
+        """The outbox item of a marker of ``key`` for ``requester``."""
         marker = _HEAD.pack(self.tag, 0, 0, 0, len(key), self.rank, MARKER)
-        self._outbox.put(
-            (None, self.ips[requester], [bytearray(marker + key.encode() + bytes(MAC))], 1e9)
-        )
+        return None, self.ips[requester], [bytearray(marker + key.encode() + bytes(MAC))], 1e9
 
     def _newest_kept(self) -> int:
         return max((step for _, step in self._kept.values()), default=0)
