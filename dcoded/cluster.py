@@ -22,7 +22,7 @@ from distributed.utils import get_mp_context
 
 from dcoded import files
 from dcoded.errors import ClusterError
-from dcoded.health import known_workers
+from dcoded.health import address_order, known_workers
 from dcoded.interrupt import signals_deferred
 
 CLUSTER_KINDS = ("local", "address", "netem")
@@ -268,7 +268,7 @@ def kept_cluster(cfg: Mapping, n_workers: int) -> Session:
         session = _KEPT["session"]
         try:  # the same workers (a recovery's replacement has another address)
             now = known_workers(session.client, 10)
-            alive = sorted(now)[:n_workers] == session.workers
+            alive = sorted(now, key=address_order)[:n_workers] == session.workers
         except Exception:
             alive = False
         if alive and session.client.status == "running":
@@ -333,8 +333,9 @@ def attach_cluster(client: Client, cfg: Mapping, n_workers: int) -> Iterator[Ses
 
 
 def _first_workers(client: Client, n_workers: int, timeout: float, where: str) -> list[str]:
-    """The run's workers: the first ``n_workers`` in address order, once the scheduler has
-    that many (waiting up to ``timeout`` seconds for them)."""
+    """The run's workers: the first ``n_workers`` in address order (:func:`address_order`:
+    on the emulated network, rank ``k`` is host ``w{k}``), once the scheduler has that many
+    (waiting up to ``timeout`` seconds for them)."""
     try:
         client.wait_for_workers(n_workers, timeout=timeout)
     except TimeoutError:
@@ -342,7 +343,7 @@ def _first_workers(client: Client, n_workers: int, timeout: float, where: str) -
         raise ClusterError(
             f"{where} has {have} worker(s) after {timeout} s, cluster.n_workers={n_workers} needed"
         ) from None
-    return sorted(known_workers(client, stale_ok=True))[:n_workers]
+    return sorted(known_workers(client, stale_ok=True), key=address_order)[:n_workers]
 
 
 @contextlib.contextmanager

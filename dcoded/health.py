@@ -40,6 +40,23 @@ def known_workers(
     return dict(info["workers"])
 
 
+def address_order(address: str) -> tuple:
+    """A sort key that puts Dask addresses in host order: an IPv4 host by its numbers
+    (``10.0.0.2`` before ``10.0.0.10``, which a string sort puts after ``10.0.0.1``), then
+    the port by its value; any other address after those, as a string.
+
+    >>> addresses = ["tcp://10.0.0.10:80", "tcp://10.0.0.2:9000", "tcp://10.0.0.2:100"]
+    >>> sorted(addresses, key=address_order)
+    ['tcp://10.0.0.2:100', 'tcp://10.0.0.2:9000', 'tcp://10.0.0.10:80']
+    """
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    numbers = host.split(".")
+    if len(numbers) == 4 and all(n.isdigit() for n in numbers) and port.isdigit():
+        return (0, tuple(int(n) for n in numbers), int(port), address)
+    return (1, (), 0, address)
+
+
 def in_thread(
     name: str,
     call: Callable,

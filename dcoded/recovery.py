@@ -215,7 +215,7 @@ def replace_lost(ctx: Context, lost: list[str]) -> tuple[list[str], set[str]]:
     deadline = time.monotonic() + spec.replace_within_s
     while True:
         now = known()
-        fresh = sorted(w for w in now if w not in ctx.workers)
+        fresh = sorted((w for w in now if w not in ctx.workers), key=health.address_order)
         if len(fresh) >= len(lost) or time.monotonic() >= deadline:
             return fresh, set(now)
         time.sleep(0.5)

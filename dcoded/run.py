@@ -306,7 +306,11 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
         "kind": kind,
         "workers": session.workers,
         "per_worker": facts,
-        **({"netem": cluster["netem"]} if kind == "netem" else {}),
+        **(
+            {"netem": cluster["netem"], "worker_ips": list(cluster.get("worker_ips") or [])}
+            if kind == "netem"
+            else {}
+        ),
     }
 
 

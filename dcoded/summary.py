@@ -220,6 +220,8 @@ def _environment(spec: RunSpec, cluster_info: dict) -> dict:
         "torch_threads": spec.torch_threads,
         "cluster": cluster_info["kind"],
         **({"netem": cluster_info["netem"]} if "netem" in cluster_info else {}),
+        # the emulated network's worker hosts' addresses, w0's first (a rank's host by its IP)
+        **({"worker_ips": cluster_info["worker_ips"]} if "worker_ips" in cluster_info else {}),
         "workers": cluster_info["workers"],
         "per_worker": cluster_info.get("per_worker", {}),
         "python": platform.python_version(),

@@ -39,6 +39,7 @@ __all__ = [
     "link_report",
     "phase_bounds",
     "phase_messages",
+    "rank_hosts",
 ]
 #: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
 EMULATED = ("switch", "bus", "racks", "fattree")
@@ -245,8 +246,7 @@ def phase_bounds(summary: Mapping) -> dict[str, float]:
     multicast = summary.get("transport") == "multicast"
     out = {"shuffle": 0.0, "params": 0.0}
     for phase, messages in phase_messages(summary).items():
-        loads = shape.link_bytes(messages, summary["n_workers"], multicast)
-        out[phase] = shape.seconds(loads)
+        out[phase] = shape.seconds(_on_hosts(summary, shape, messages, multicast))
     out["comm"] = out["shuffle"] + out["params"]
     return out
 
@@ -257,8 +257,7 @@ def link_loads(summary: Mapping) -> dict[str, float]:
     and ``"w0 out"`` (the driver's: ``"drv ..."``), ``"rack0 up"`` / ``"rack0 down"``,
     ``"pod0 up"`` / ``"pod0 down"``, and ``"bus"``."""
     shape = Shape.of(summary["environment"]["netem"])
-    K = summary["n_workers"]
-    host = [f"w{k}" for k in range(K)] + ["drv"]
+    host = [f"w{h}" for h in range(_n_hosts(summary))] + ["drv"]
     out: dict[str, float] = {}
 
     def add(name: str, value: float) -> None:
@@ -266,7 +265,7 @@ def link_loads(summary: Mapping) -> dict[str, float]:
 
     multicast = summary.get("transport") == "multicast"
     for messages in phase_messages(summary).values():
-        loads = shape.link_bytes(messages, K, multicast)
+        loads = _on_hosts(summary, shape, messages, multicast)
         for way, key in (("out", "egress"), ("in", "ingress")):
             for h, value in enumerate(loads[key]):
                 add(f"{host[h]} {way}", value)
@@ -279,6 +278,38 @@ def link_loads(summary: Mapping) -> dict[str, float]:
         if shape.kind == "bus":
             add("bus", loads["medium"])
     return out
+
+
+def rank_hosts(summary: Mapping) -> list[int]:
+    """The emulated host each rank of a run ran on (``k`` for ``w{k}``), by its worker's IP
+    (``environment.worker_ips``): after a recovery a rank may sit on any host. Rank ``k`` on
+    host ``k`` where the summary does not say (the ranks are the workers in address order).
+
+    >>> rank_hosts({"n_workers": 2, "environment": {"worker_ips": ["10.0.0.2", "10.0.0.3",
+    ...     "10.0.0.4"], "workers": ["tcp://10.0.0.4:1", "tcp://10.0.0.2:7"]}})
+    [2, 0]
+    """
+    K = summary["n_workers"]
+    env = summary.get("environment", {})
+    ips, workers = env.get("worker_ips") or [], env.get("workers") or []
+    found = [a.split("://")[-1].rsplit(":", 1)[0] for a in workers[:K]]
+    if len(found) < K or any(ip not in ips for ip in found):
+        return list(range(K))
+    return [ips.index(ip) for ip in found]
+
+
+def _n_hosts(summary: Mapping) -> int:
+    """How many worker hosts the run's emulated network has (its workers', at least)."""
+    return max(summary["n_workers"], len(summary["environment"].get("worker_ips") or ()))
+
+
+def _on_hosts(summary: Mapping, shape: Shape, messages, multicast: bool) -> dict:
+    """:meth:`Shape.link_bytes` of a run's ``messages`` (ranks ``0..K-1``, the driver ``K``)
+    from the hosts the ranks ran on (:func:`rank_hosts`); the driver is the last host."""
+    n_hosts = _n_hosts(summary)
+    on = [*rank_hosts(summary), n_hosts]
+    placed = [(on[s], [on[r] for r in receivers], v) for s, receivers, v in messages]
+    return shape.link_bytes(placed, n_hosts, multicast)
 
 
 def link_rate(net: Mapping, name: str) -> float:

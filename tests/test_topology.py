@@ -134,3 +134,29 @@ def test_every_possible_shape_passes():
         topology.check(
             {"topology": kind, "rack_size": size, "pod_racks": 1}, 4, topology.TOPOLOGIES
         )
+
+
+def test_the_bound_puts_each_rank_on_the_host_it_ran_on():
+    """After a recovery a rank may sit on any host (the ranks are the workers in address
+    order, ``10.0.0.10`` after ``10.0.0.9``): the bound follows each rank's IP to its host. DDP's
+    ring on racks of 2, K = 4, ``d = 1000``: each rank sends ``2 (K-1)/K · 4d = 6000`` bytes to
+    the next; in rack order one hop leaves each rack, with ranks 1 and 2 swapped every hop does;
+    on a network of 5 hosts with rank 0 on the last, that host carries rank 0's bytes."""
+    net = {"topology": "racks", "bandwidth_mbit": 100.0, "rack_size": 2, "uplink_mbit": 50.0}
+    ips = [f"10.0.0.{i}" for i in range(2, 7)]
+
+    def summary(hosts, n_ips=4):
+        workers = [f"tcp://{ips[h]}:{9000 - h}" for h in hosts]
+        env = {"netem": net, "worker_ips": ips[:n_ips], "workers": workers}
+        layout = dict.fromkeys(("redundancy", "group_size", "shuffle"))
+        return {"algorithm": "ddp", "n_workers": 4, "n_params": 1000, **layout, "environment": env}
+
+    in_order, swapped = summary([0, 1, 2, 3]), summary([0, 2, 1, 3])
+    assert topology.rank_hosts(swapped) == [0, 2, 1, 3]
+    assert topology.link_loads(in_order)["rack0 up"] == 6000.0
+    assert topology.link_loads(swapped)["rack0 up"] == 12000.0
+    assert topology.phase_bounds(swapped)["comm"] == 2 * topology.phase_bounds(in_order)["comm"]
+    moved = topology.link_loads(summary([4, 1, 2, 3], n_ips=5))
+    assert (moved["w4 out"], moved["w0 out"], moved["rack2 up"]) == (6000.0, 0.0, 6000.0)
+    del in_order["environment"]["worker_ips"]  # a summary that does not say: rank k on w{k}
+    assert topology.rank_hosts(in_order) == [0, 1, 2, 3]
