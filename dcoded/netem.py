@@ -217,7 +217,7 @@ class Network:
 
 def check_available() -> None:
     """Fail at once, with the reason, where namespaces cannot be made."""
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "tc", "bridge") if shutil.which(tool) is None]
     if missing:
         raise NetemUnavailable(
             f"cluster=netem needs iproute2 ({', '.join(missing)} not found); "
@@ -456,15 +456,24 @@ def group_ports(links: Links, n_workers: int, members: Iterable[int]) -> list[tu
 def route_groups(hub: str, links: Links, n_workers: int, groups: Mapping[str, Iterable[int]]):
     """Give each multicast group (address: its workers) its entries on the hub's bridges
     (:func:`group_ports`), in place of every entry a run put there before (a network that
-    several runs share keeps none of an earlier run's groups)."""
-    shown = subprocess.run(
-        ["bridge", "-n", hub, "-j", "mdb", "show"], capture_output=True, text=True, timeout=30
-    )
+    several runs share keeps none of an earlier run's groups), and of any entry a bridge
+    learned for these groups from a join (a worker of an earlier attempt, or of a run whose
+    tag gave the same address, may still hold one: the kernel refuses a permanent entry
+    where a learned one is)."""
+    cmd = ["bridge", "-n", hub, "-j", "mdb", "show"]
+    shown = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    try:
+        if shown.returncode:
+            raise ValueError(shown.stderr.strip())
+        tables = json.loads(shown.stdout or "[]")
+    except ValueError as e:
+        raise NetemUnavailable(f"`{' '.join(cmd)}` failed: {e}") from None
     lines = []
-    for table in json.loads(shown.stdout or "[]"):
+    for table in tables:
         for entry in table.get("mdb", []):
-            if entry.get("state") == "permanent" and "." in entry.get("grp", ""):
-                lines.append(f"mdb del dev {entry['dev']} port {entry['port']} grp {entry['grp']}")
+            grp = entry.get("grp", "")
+            if (entry.get("state") == "permanent" and "." in grp) or grp in groups:
+                lines.append(f"mdb del dev {entry['dev']} port {entry['port']} grp {grp}")
     for address, members in groups.items():
         for bridge, port in group_ports(links, n_workers, members):
             lines.append(f"mdb add dev {bridge} port {port} grp {address} permanent")

@@ -635,6 +635,49 @@ def test_a_multicast_group_crosses_only_the_links_toward_its_members(n_workers, 
     assert checked > 100
 
 
+def test_group_entries_replace_an_earlier_runs_and_any_a_join_taught_for_the_same_group(
+    monkeypatch,
+):
+    """Before its groups' entries go in, every permanent IPv4 entry goes (an earlier run's),
+    and so does any entry a bridge learned from a join for a group about to be added (the
+    kernel refuses a permanent entry where a learned one is: a worker of an earlier attempt,
+    or of a run whose tag gave the same address, may still hold it); a learned entry of
+    another group stays. A failing ``mdb show`` is a clear error, not an empty table."""
+    shown = [
+        {"mdb": [
+            {"dev": "br0", "port": "v9", "grp": "239.0.0.7", "state": "permanent"},
+            {"dev": "br0", "port": "v2", "grp": "239.1.2.3", "state": "temp"},
+            {"dev": "br0", "port": "v3", "grp": "239.4.4.4", "state": "temp"},
+            {"dev": "br0", "port": "v3", "grp": "ff02::6a", "state": "permanent"},
+        ]},
+    ]  # fmt: skip
+    batches = []
+
+    def run(cmd, input=None, **kw):
+        if "show" in cmd:
+            return subprocess.CompletedProcess(cmd, 0, json.dumps(shown), "")
+        batches.append(input.splitlines())
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(netem.subprocess, "run", run)
+    netem.route_groups("hub", netem.Links(rate_mbit=100), 4, {"239.1.2.3": [1, 2]})
+    assert batches == [
+        [
+            "mdb del dev br0 port v9 grp 239.0.0.7",
+            "mdb del dev br0 port v2 grp 239.1.2.3",
+            "mdb add dev br0 port v2 grp 239.1.2.3 permanent",
+            "mdb add dev br0 port v3 grp 239.1.2.3 permanent",
+        ]
+    ]
+
+    def fails(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, "", "RTNETLINK answers: no such device")
+
+    monkeypatch.setattr(netem.subprocess, "run", fails)
+    with pytest.raises(dcoded.errors.NetemUnavailable, match="mdb show` failed: RTNETLINK"):
+        netem.route_groups("hub", netem.Links(rate_mbit=100), 4, {"239.1.2.3": [1, 2]})
+
+
 @needs_netem
 def test_a_multicast_datagram_reaches_its_members_alone(tmp_path):
     """On racks of 2 (K = 4), a group of w1 and w2 from w0: each member gets every
