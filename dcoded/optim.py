@@ -18,40 +18,70 @@ from hydra.utils import instantiate
 
 
 class SegmentOptimizer:
-    """A torch optimizer over one flat float32 segment of ``θ``.
+    """A torch optimizer over one flat float32 segment of ``θ``; with ``chunks`` (slices that
+    cut the segment in order), one torch optimizer per chunk, so that a chunk can be stepped
+    as soon as its gradient is known (hierarchical CDC updates each cross-cluster chunk as its
+    sum arrives). The update is elementwise either way; stepping chunk by chunk keeps every
+    kernel the same wherever the same ``chunks`` are used.
 
     >>> opt = SegmentOptimizer(np.zeros(3, np.float32), {"_target_": "torch.optim.SGD",
     ...                        "_partial_": True, "lr": 0.5})
     >>> opt.step(np.float32([2, 4, 6]), batch_size=2)
     array([-0.5, -1. , -1.5], dtype=float32)
+    >>> two = SegmentOptimizer(np.zeros(3, np.float32), {"_target_": "torch.optim.SGD",
+    ...                        "_partial_": True, "lr": 0.5}, chunks=[slice(0, 2), slice(2, 3)])
+    >>> two.step_chunk(1, np.float32([6]), batch_size=2), two.value
+    (array([-1.5], dtype=float32), array([ 0. ,  0. , -1.5], dtype=float32))
     """
 
-    def __init__(self, segment: np.ndarray, cfg: Mapping):
-        self.param = torch.nn.Parameter(torch.tensor(np.asarray(segment, dtype=np.float32)))
+    def __init__(self, segment: np.ndarray, cfg: Mapping, chunks: list[slice] | None = None):
+        segment = np.asarray(segment, dtype=np.float32)
+        self.chunks = list(chunks) if chunks else [slice(0, len(segment))]
         factory = instantiate(dict(cfg))
-        self.optimizer: torch.optim.Optimizer = factory([self.param])
+        self.params = [torch.nn.Parameter(torch.tensor(segment[c])) for c in self.chunks]
+        self.optimizers: list[torch.optim.Optimizer] = [factory([p]) for p in self.params]
 
     @property
     def value(self) -> np.ndarray:
-        return self.param.detach().numpy()
+        if len(self.params) == 1:
+            return self.params[0].detach().numpy()
+        return np.concatenate([p.detach().numpy() for p in self.params])
 
     def step(self, grad_sum: np.ndarray, batch_size: int) -> np.ndarray:
         """Apply the optimizer with gradient ``grad_sum / batch_size``; return a copy of the
         updated segment."""
-        self.param.grad = torch.from_numpy(np.asarray(grad_sum, dtype=np.float32)) / float(
-            batch_size
-        )
-        self.optimizer.step()
-        self.param.grad = None
+        grad_sum = np.asarray(grad_sum, dtype=np.float32)
+        for i, chunk in enumerate(self.chunks):
+            self._step(i, grad_sum[chunk], batch_size)
         return self.value.copy()
 
+    def step_chunk(self, i: int, grad_sum: np.ndarray, batch_size: int) -> np.ndarray:
+        """Step chunk ``i`` alone with its gradient sum; return a copy of the updated chunk."""
+        self._step(i, np.asarray(grad_sum, dtype=np.float32), batch_size)
+        return self.params[i].detach().numpy().copy()
+
+    def _step(self, i: int, grad_sum: np.ndarray, batch_size: int) -> None:
+        param = self.params[i]
+        param.grad = torch.from_numpy(grad_sum) / float(batch_size)
+        self.optimizers[i].step()
+        param.grad = None
+
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """This segment's optimizer state (:func:`state_arrays`), for checkpoints."""
-        return state_arrays(self.optimizer)
+        """This segment's optimizer state (:func:`state_arrays`), for checkpoints: the chunks'
+        joined in order, laid out as one optimizer over the whole segment would lay it out."""
+        shards = [state_arrays(o) for o in self.optimizers]
+        if len(shards) == 1 or not shards[0]:
+            return shards[0]
+        return {
+            name: np.concatenate([s[name] for s in shards]) if np.ndim(first) == 1 else first
+            for name, first in shards[0].items()
+        }
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_arrays` returned (for this segment)."""
-        load_state_arrays(self.optimizer, arrays)
+        for chunk, optimizer in zip(self.chunks, self.optimizers, strict=True):
+            part = {k: (v[chunk] if np.ndim(v) == 1 else v) for k, v in (arrays or {}).items()}
+            load_state_arrays(optimizer, part)
 
 
 def state_arrays(optimizer: torch.optim.Optimizer) -> dict[str, np.ndarray]:

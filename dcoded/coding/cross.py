@@ -22,13 +22,25 @@ import numpy as np
 from dcoded.coding.codec import sum_in_order
 from dcoded.coding.placement import Placement, array_split_slices
 
-__all__ = ["chunk_slices", "cross_messages", "cross_sum", "cross_values"]
+__all__ = ["chunk_slices", "cross_chunks", "cross_messages", "cross_sum", "cross_values"]
 
 
 def chunk_slices(length: int, n_clusters: int) -> list[slice]:
     """The ``n_clusters`` chunks of a reduced segment of ``length`` values; the owner in
     cluster ``c`` sums chunk ``c`` (the first ``length % n_clusters`` are one longer)."""
     return array_split_slices(length, n_clusters)
+
+
+def cross_chunks(p: Placement, segment: slice) -> list[slice] | None:
+    """The chunks of ``segment``'s optimizer: one per cluster (each stepped as its sum comes,
+    by every owner of the segment's index), or ``None`` with one cluster.
+
+    >>> cross_chunks(Placement(4, 1, 2), slice(10, 15))
+    [slice(0, 3, None), slice(3, 5, None)]
+    """
+    if p.n_clusters == 1:
+        return None
+    return chunk_slices(segment.stop - segment.start, p.n_clusters)
 
 
 def cross_sum(reduced: Sequence[np.ndarray]) -> np.ndarray:

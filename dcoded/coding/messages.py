@@ -50,8 +50,9 @@ def step_messages(
     p: Placement, shuffle: str, plan: HybridPlan | None = None
 ) -> dict[str, list[tuple[int, list[int], float]]]:
     """Every message of one step, ``(sender, receivers, length in units of d)`` in global
-    ranks: the ``shuffle`` (with the cross-cluster sum) and the all-gather (``params``);
-    ``plan``: the hybrid shuffle's."""
+    ranks: the ``shuffle`` (with the cross-cluster sum's reduce-scatter) and the all-gather
+    (``params``, with the cross-cluster sum's all-gather, which overlaps it); ``plan``: the
+    hybrid shuffle's."""
     out: dict[str, list] = {"shuffle": [], "params": []}
     if p.redundancy == p.n_workers:  # every worker updates all of θ: nothing moves
         return out
@@ -67,8 +68,11 @@ def step_messages(
                 )
             others = [p.global_id(c, i) for i in range(p.g) if i != j]
             out["params"].append((p.global_id(c, j), others, 1 / p.g))
-    scatter, gather = cross_messages(p)  # the cross-cluster sum (g < K)
-    out["shuffle"] += scatter + gather
+    # the cross-cluster sum (g < K): its reduce-scatter ends the shuffle; its all-gather goes
+    # with θ's (each summed chunk is stepped and sent to the cluster as it comes)
+    scatter, gather = cross_messages(p)
+    out["shuffle"] += scatter
+    out["params"] += gather
     return out
 
 

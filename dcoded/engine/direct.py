@@ -170,8 +170,11 @@ def _step(run_id: str, st: WorkerState, link: Link, step: int) -> None:
     one = _Step(run_id, st, link, step)
     grads, complete = one.map()
     received, plain = one.shuffle(grads, complete)
-    segment = one.update(one.reduce(grads, received, plain))
-    one.all_gather(segment)
+    reduced = one.reduce(grads, received, plain)
+    if one.p.n_clusters == 1:
+        one.all_gather(one.update(reduced))
+    else:
+        one.across_clusters(reduced)
 
 
 class _Step:
@@ -298,19 +301,26 @@ class _Step:
         )
         return received, plain
 
-    def reduce(self, grads: dict, received: dict, plain: dict) -> list[np.ndarray]:
-        """This owner's segment summed over the clusters, as chunks in cluster order (one
-        chunk, its reduced segment, when there is one cluster): its chunks to the other
-        owners of the same segment index, theirs of its own chunk back, summed in cluster
-        order, then every summed chunk to every owner (:mod:`dcoded.coding.cross`)."""
-        p, c, me, step = self.p, self.c, self.me, self.step
+    def reduce(self, grads: dict, received: dict, plain: dict) -> np.ndarray:
+        """This owner's reduced segment (its cluster's sum)."""
         t = time.time()
         reduced = reduce_segment(self.st, grads, received, plain)
-        if p.n_clusters == 1:
-            self.phase("decode", t)
-            return [reduced]
+        extra = cross_bytes(self.st, reduced) if self.p.n_clusters > 1 else {}
+        self.phase("decode", t, **extra)
+        return reduced
+
+    def across_clusters(self, reduced: np.ndarray) -> None:
+        """``g < K``: the owners of one segment index sum it across the clusters
+        (:mod:`dcoded.coding.cross`), and the θ all-gather inside the cluster overlaps the
+        second half. Each owner's chunks go to the other owners of the same index, theirs of
+        its own chunk come back (reduce-scatter, ``red``); it adds them in cluster order, steps
+        that chunk of its segment at once and sends it to its cluster (``seg``) while the
+        summed chunk goes to the other owners (all-gather, ``red-sum``); each summed chunk
+        that comes is stepped and sent on to the cluster the same way. Every owner of the
+        index steps every chunk with the same sum and kernels, so their segments agree bit
+        for bit, and θ never leaves the cluster."""
+        p, c, me, step = self.p, self.c, self.me, self.step
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
-        self.phase("decode", t, **cross_bytes(self.st, reduced))
         got = self.exchange(
             "shuffle",
             "red",
@@ -325,17 +335,48 @@ class _Step:
             for o in range(p.n_clusters)
         ]
         mine = sum_in_order(parts)
-        got = self.exchange(
-            "shuffle",
-            "red-sum",
-            [(k, _key(step, "red", c), "red", mine) for k in others],
-            {_key(step, "red", o): k for k, o in others.items()},
-        )
-        return [mine if o == c else got[_key(step, "red", o)] for o in range(p.n_clusters)]
+        peers = [self.peer(i) for i in range(p.g) if i != me]
+        start, deadline = time.time(), time.monotonic() + self.timeout
+        chunks: dict[int, np.ndarray] = {}
+        stepping = 0.0
 
-    def update(self, parts: list[np.ndarray]) -> np.ndarray:
+        def step_and_send(o: int, total: np.ndarray, also: list) -> None:
+            nonlocal stepping
+            t = time.time()
+            chunks[o] = self.st.optimizer.step_chunk(o, total, self.spec.batch_size)
+            stepping += time.time() - t
+            seg = [(i, _key(step, "seg", me, o), "seg", chunks[o]) for i in peers]
+            self.link.send(also + seg, phase="params")  # the summed chunk goes with θ's
+
+        step_and_send(c, mine, [(k, _key(step, "red", c), "red", mine) for k in others])
+        waiting = {_key(step, "red", o): k for k, o in others.items()}
+        while waiting:
+            for key, total in self.link.take_any(waiting, deadline, self.timeout).items():
+                step_and_send(others[waiting.pop(key)], total, [])
+        segment = np.concatenate([chunks[o] for o in range(p.n_clusters)])
+        now = time.time()
+        self.phase("update", now - stepping, params=segment.nbytes * (p.g - 1))
+        expected = {
+            _key(step, "seg", i, o): self.peer(i)
+            for i in range(p.g)
+            if i != me
+            for o in range(p.n_clusters)
+        }
+        got = self.link.take(expected, max(0.0, deadline - time.monotonic()))
+        self.phase("params", start, exchange="seg")
+        segments = [
+            segment
+            if i == me
+            else np.concatenate([got[_key(step, "seg", i, o)] for o in range(p.n_clusters)])
+            for i in range(p.g)
+        ]
         t = time.time()
-        segment = update_segment(self.st, parts)
+        self.st.replica.set_theta(np.concatenate(segments))
+        self.phase("update", t)  # installing θ for the next map
+
+    def update(self, reduced: np.ndarray) -> np.ndarray:
+        t = time.time()
+        segment = update_segment(self.st, [reduced])
         self.phase("update", t, params=segment.nbytes * (self.p.g - 1))
         return segment
 

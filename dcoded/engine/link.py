@@ -140,6 +140,28 @@ class Link:
                 self.waiting({k: expected[k] for k in missing})
                 self._cond.wait(min(left, self.poll_s))
 
+    def take_any(self, expected: dict[str, int], deadline: float, timeout: float):
+        """Wait until at least one message in ``expected`` (key -> sender rank) has come, by
+        ``deadline`` (``time.monotonic()``; ``timeout``: the setting it stands for, to name),
+        and hand over every one that has."""
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                here = [k for k in expected if k in self._box]
+                if here:
+                    return {k: self._box.pop(k) for k in here}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    senders = sorted(set(expected.values()))
+                    raise PeerTimeout(
+                        f"rank {self.rank} waited train.step_timeout_s={timeout:g}s for "
+                        f"{len(expected)} message(s) from rank(s) {senders} "
+                        f"(e.g. {next(iter(expected))})"
+                    )
+                self.waiting(dict(expected))
+                self._cond.wait(min(left, self.poll_s))
+
     #: How often a waiting step wakes up to look at what is missing.
     poll_s = 1.0
 
@@ -162,9 +184,10 @@ class Link:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ sending
-    def send(self, messages: list[tuple[int, str, str, np.ndarray]]) -> None:
+    def send(self, messages: list[tuple[int, str, str, np.ndarray]], phase: str = "") -> None:
         """Push ``(rank, key, kind, array)`` messages without waiting; the sends to one peer
-        go in order on its connection, those to different peers at once."""
+        go in order on its connection, those to different peers at once. ``phase``: the
+        exchange they go in, where it is not their kind's (a paced transport's pace)."""
         with self._send_lock:
             for _, _, kind, data in messages:
                 self.sent[kind] += data.nbytes

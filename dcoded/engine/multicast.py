@@ -182,8 +182,9 @@ class MulticastLink(Link):
             threading.Thread(target=target, daemon=True, name=f"dcoded udp {rank}").start()
 
     # ------------------------------------------------------------------ sending
-    def send(self, messages) -> None:
-        """Queue each message once for all its receivers (grouped by key)."""
+    def send(self, messages, phase: str = "") -> None:
+        """Queue each message once for all its receivers (grouped by key), at the pace of
+        ``phase`` (``"params"``: the all-gather's) or else of its kind."""
         by_key: dict[str, tuple[str, np.ndarray, list[int]]] = {}
         for dest, key, kind, data in messages:
             by_key.setdefault(key, (kind, data, []))[2].append(dest)
@@ -195,7 +196,8 @@ class MulticastLink(Link):
                 self._kept[key] = (datagrams, _step_of(key))
                 dest = self.ips[dests[0]] if len(dests) == 1 else None
                 where = dest or group_address(self.run_id, dests)
-                batch.append(((key, None), where, datagrams, self._pace(kind)))
+                pace = self.paces["seg"] if phase == "params" else self._pace(kind)
+                batch.append(((key, None), where, datagrams, pace))
                 for requester in self._marker_owed.pop(key, ()):  # asked for before it was made
                     markers.append(self._marker(key, requester))
             # one batch: the sender thread interleaves all of it, however soon it wakes (a

@@ -24,6 +24,7 @@ import numpy as np
 from dcoded.checkpoint import slice_state
 from dcoded.cluster import available_cores
 from dcoded.coding import Placement
+from dcoded.coding.cross import cross_chunks
 from dcoded.engine import straggle
 from dcoded.engine.replica import Replica
 from dcoded.engine.spec import RunSpec
@@ -151,7 +152,7 @@ def setup(
         shards = range(len(st.segments)) if spec.replicated else [st.local]
         for i in shards:
             seg = st.segments[i]
-            shard = SegmentOptimizer(theta[seg], spec.optimizer)
+            shard = SegmentOptimizer(theta[seg], spec.optimizer, cross_chunks(placement, seg))
             shard.load_state_arrays(slice_state(optimizer_state, seg))
             st.optimizers.append(shard)
         st.optimizer = st.optimizers[st.local if spec.replicated else 0]

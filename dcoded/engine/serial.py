@@ -14,6 +14,7 @@ import numpy as np
 
 from dcoded.checkpoint import concat_shards, slice_state
 from dcoded.coding import HybridPlan, Placement, cross_sum
+from dcoded.coding.cross import cross_chunks
 from dcoded.coding.shuffles import scheme
 from dcoded.engine.driver import Clock, Context, after_step
 from dcoded.optim import SegmentOptimizer
@@ -40,7 +41,7 @@ def train_serial(ctx: Context) -> np.ndarray:
     p = spec.placement
     theta = ctx.resume.theta.copy() if ctx.resume else replica.theta
     segments = p.segments(len(theta))
-    shards = [SegmentOptimizer(theta[s], spec.optimizer) for s in segments]
+    shards = [SegmentOptimizer(theta[s], spec.optimizer, cross_chunks(p, s)) for s in segments]
     for shard, s in zip(shards, segments, strict=True):
         shard.load_state_arrays(slice_state(ctx.resume.optimizer if ctx.resume else None, s))
 
