@@ -160,3 +160,22 @@ def test_the_bound_puts_each_rank_on_the_host_it_ran_on():
     assert (moved["w4 out"], moved["w0 out"], moved["rack2 up"]) == (6000.0, 0.0, 6000.0)
     del in_order["environment"]["worker_ips"]  # a summary that does not say: rank k on w{k}
     assert topology.rank_hosts(in_order) == [0, 1, 2, 3]
+
+
+def test_the_cross_sums_all_gather_is_bounded_with_thetas():
+    """Hierarchical cdc, K = 8 in racks of 4 behind 25 Mbit/s uplinks (g = 4 = r, summed,
+    multicast, d = 1000): the reduce-scatter ends the shuffle (each owner's 500-byte chunk to
+    the other rack: 2000 bytes up each uplink, 0.64 ms); the summed chunks go back with θ's
+    all-gather (2000 more bytes up each uplink, while each worker takes in 3 segments of 1000
+    bytes and one chunk of 500: 1.12 ms). One after the other they took 1.28 + 0.96 ms."""
+    net = {"topology": "racks", "bandwidth_mbit": 25.0, "rack_size": 4, "uplink_mbit": 25.0}
+    summary = {
+        "algorithm": "cdc", "n_workers": 8, "n_params": 1000, "redundancy": 4, "group_size": 4,
+        "shuffle": "summed", "transport": "multicast", "environment": {"netem": net},
+    }  # fmt: skip
+    phases = topology.phase_bounds(summary)
+    assert phases["shuffle"] == pytest.approx(0.64e-3)
+    assert phases["params"] == pytest.approx(1.12e-3)
+    loads = topology.link_loads(summary)
+    assert loads["rack0 up"] == loads["rack1 down"] == 4000.0
+    assert loads["w0 in"] == 3000.0 + 500.0 + 500.0  # θ's segments, a chunk, a summed chunk
