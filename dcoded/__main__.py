@@ -25,6 +25,8 @@ from dcoded.results import ERROR_FILE, write_sweep_table
 from dcoded.run import run
 from dcoded.summary import format_results
 
+files.register_resolvers()
+
 
 # conf/ at the top of the repository, installed as the package dcoded.conf
 @hydra.main(config_path="pkg://dcoded.conf", config_name="config", version_base="1.3")

@@ -66,3 +66,38 @@ def write_text(path, text: str) -> Path:
     with create(path) as f:
         f.write(text)
     return Path(path)
+
+
+#: The longest folder name a sweep's job gets (most file systems allow 255 bytes).
+JOB_DIRNAME_MAX = 200
+
+
+def job_dirname(num, overrides: str) -> str:
+    """A sweep job's folder: its number and its overrides (Hydra's ``override_dirname``),
+    shortened where they would make a name longer than :data:`JOB_DIRNAME_MAX` bytes (a sweep
+    of many overrides failed with "File name too long"): cut, with a digest of the whole so
+    that two jobs never share a folder. The job's overrides stay whole in its
+    ``.hydra/overrides.yaml``.
+
+    >>> job_dirname(3, "model=cnn")
+    '3-model=cnn'
+    >>> name = job_dirname(0, ",".join(f"cluster.key{i}=value" for i in range(40)))
+    >>> len(name.encode()), name[-9:-8]
+    (200, '~')
+    """
+    name = f"{num}-{overrides}" if overrides else str(num)
+    if len(name.encode()) <= JOB_DIRNAME_MAX:
+        return name
+    import hashlib
+
+    digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
+    head = name.encode()[: JOB_DIRNAME_MAX - len(digest) - 1].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
+def register_resolvers() -> None:
+    """``${dcoded_job_dirname:NUM,OVERRIDES}`` for the config's sweep folders."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("dcoded_job_dirname"):
+        OmegaConf.register_new_resolver("dcoded_job_dirname", job_dirname)
