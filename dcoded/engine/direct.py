@@ -321,20 +321,7 @@ class _Step:
         for bit, and θ never leaves the cluster."""
         p, c, me, step = self.p, self.c, self.me, self.step
         others = {p.global_id(o, me): o for o in range(p.n_clusters) if o != c}
-        got = self.exchange(
-            "shuffle",
-            "red",
-            [
-                (k, _key(step, "red", c, o), "red", own_chunk(self.st, reduced, o))
-                for k, o in others.items()
-            ],
-            {_key(step, "red", o, c): k for k, o in others.items()},
-        )
-        parts = [
-            own_chunk(self.st, reduced, c) if o == c else got[_key(step, "red", o, c)]
-            for o in range(p.n_clusters)
-        ]
-        mine = sum_in_order(parts)
+        mine = self.cross_scatter(reduced, others)
         peers = [self.peer(i) for i in range(p.g) if i != me]
         start, deadline = time.time(), time.monotonic() + self.timeout
         chunks: dict[int, np.ndarray] = {}
@@ -373,6 +360,26 @@ class _Step:
         t = time.time()
         self.st.replica.set_theta(np.concatenate(segments))
         self.phase("update", t)  # installing θ for the next map
+
+    def cross_scatter(self, reduced: np.ndarray, others: dict[int, int]) -> np.ndarray:
+        """The reduce-scatter across clusters: this owner's chunks to the other owners of its
+        index (``others``: rank -> cluster), theirs of its own chunk back, added in cluster
+        order."""
+        p, c, step = self.p, self.c, self.step
+        got = self.exchange(
+            "shuffle",
+            "red",
+            [
+                (k, _key(step, "red", c, o), "red", own_chunk(self.st, reduced, o))
+                for k, o in others.items()
+            ],
+            {_key(step, "red", o, c): k for k, o in others.items()},
+        )
+        parts = [
+            own_chunk(self.st, reduced, c) if o == c else got[_key(step, "red", o, c)]
+            for o in range(p.n_clusters)
+        ]
+        return sum_in_order(parts)
 
     def update(self, reduced: np.ndarray) -> np.ndarray:
         t = time.time()
