@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
+from dcoded.checkpoint import concat_shards, slice_state
+
 
 class SegmentOptimizer:
     """A torch optimizer over one flat float32 segment of ``θ``; with ``chunks`` (slices that
@@ -70,18 +72,12 @@ class SegmentOptimizer:
         """This segment's optimizer state (:func:`state_arrays`), for checkpoints: the chunks'
         joined in order, laid out as one optimizer over the whole segment would lay it out."""
         shards = [state_arrays(o) for o in self.optimizers]
-        if len(shards) == 1 or not shards[0]:
-            return shards[0]
-        return {
-            name: np.concatenate([s[name] for s in shards]) if np.ndim(first) == 1 else first
-            for name, first in shards[0].items()
-        }
+        return shards[0] if len(shards) == 1 else concat_shards(shards)
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_arrays` returned (for this segment)."""
         for chunk, optimizer in zip(self.chunks, self.optimizers, strict=True):
-            part = {k: (v[chunk] if np.ndim(v) == 1 else v) for k, v in (arrays or {}).items()}
-            load_state_arrays(optimizer, part)
+            load_state_arrays(optimizer, slice_state(arrays, chunk))
 
 
 def state_arrays(optimizer: torch.optim.Optimizer) -> dict[str, np.ndarray]:

@@ -122,14 +122,25 @@ class Link:
 
     def take(self, expected: dict[str, int], timeout: float) -> dict[str, np.ndarray]:
         """Wait for every message in ``expected`` (key -> sender rank) and hand them over."""
-        deadline = time.monotonic() + timeout
+        return self._await(expected, time.monotonic() + timeout, timeout, every=True)
+
+    def take_any(self, expected: dict[str, int], deadline: float, timeout: float):
+        """Wait until at least one message in ``expected`` (key -> sender rank) has come, by
+        ``deadline`` (``time.monotonic()``; ``timeout``: the setting it stands for, to name),
+        and hand over every one that has."""
+        return self._await(expected, deadline, timeout, every=False)
+
+    def _await(self, expected: dict[str, int], deadline: float, timeout: float, every: bool):
+        """Hand over the messages of ``expected`` that have come once every one has
+        (``every``) or any one has, waiting until ``deadline``; :meth:`waiting` is told what
+        is missing each time the wait wakes up empty-handed."""
         with self._cond:
             while True:
                 if self._error is not None:
                     raise self._error
                 missing = [k for k in expected if k not in self._box]
-                if not missing:
-                    return {k: self._box.pop(k) for k in expected}
+                if not missing or (not every and len(missing) < len(expected)):
+                    return {k: self._box.pop(k) for k in expected if k not in missing}
                 left = deadline - time.monotonic()
                 if left <= 0:
                     senders = sorted({expected[k] for k in missing})
@@ -138,28 +149,6 @@ class Link:
                         f"{len(missing)} message(s) from rank(s) {senders} (e.g. {missing[0]})"
                     )
                 self.waiting({k: expected[k] for k in missing})
-                self._cond.wait(min(left, self.poll_s))
-
-    def take_any(self, expected: dict[str, int], deadline: float, timeout: float):
-        """Wait until at least one message in ``expected`` (key -> sender rank) has come, by
-        ``deadline`` (``time.monotonic()``; ``timeout``: the setting it stands for, to name),
-        and hand over every one that has."""
-        with self._cond:
-            while True:
-                if self._error is not None:
-                    raise self._error
-                here = [k for k in expected if k in self._box]
-                if here:
-                    return {k: self._box.pop(k) for k in here}
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    senders = sorted(set(expected.values()))
-                    raise PeerTimeout(
-                        f"rank {self.rank} waited train.step_timeout_s={timeout:g}s for "
-                        f"{len(expected)} message(s) from rank(s) {senders} "
-                        f"(e.g. {next(iter(expected))})"
-                    )
-                self.waiting(dict(expected))
                 self._cond.wait(min(left, self.poll_s))
 
     #: How often a waiting step wakes up to look at what is missing.
