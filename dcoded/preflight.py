@@ -85,6 +85,32 @@ def _cpus() -> list[int] | None:
         return None
 
 
+def _shares(facts: Mapping[str, Mapping]) -> tuple[dict, dict]:
+    """By host: the workers' processes (pids: in-process workers are one process) and the
+    CPUs they may run on together (the union of their affinities, else the host's cores)."""
+    processes, cpus, cores = defaultdict(set), defaultdict(set), defaultdict(int)
+    for f in facts.values():
+        if f.get("pid") is None:  # an older dcoded's worker: not known
+            continue
+        processes[f["host"]].add(f["pid"])
+        cpus[f["host"]].update(f.get("cpus") or [])
+        cores[f["host"]] = max(cores[f["host"]], len(cpus[f["host"]]) or f["cores"])
+    return processes, cores
+
+
+def crowding(facts: Mapping[str, Mapping]) -> float:
+    """How many worker processes share one CPU on the most crowded host (1 where none
+    share): how much longer than on machines of their own a worker may take to answer.
+
+    >>> crowding({w: {"host": "n1", "cores": 2, "pid": i, "cpus": [0, 1]} for i, w in enumerate("abcdef")})
+    3.0
+    >>> crowding({"a": {"host": "n1", "cores": 4, "pid": 1}}), crowding({})
+    (1.0, 1.0)
+    """  # noqa: E501
+    processes, cores = _shares(facts)
+    return max([1.0, *(len(processes[h]) / max(1, cores[h]) for h in processes)])
+
+
 def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
     """A line when a host runs more worker processes than the CPUs they may run on together:
     their computations then take turns, and the times change from run to run. Processes are
@@ -98,13 +124,7 @@ def cores_warning(facts: Mapping[str, Mapping]) -> str | None:
     >>> cores_warning({"a": {"host": "n1", "cores": 2, "pid": 1}}) is None
     True
     """  # noqa: E501
-    processes, cpus, cores = defaultdict(set), defaultdict(set), defaultdict(int)
-    for f in facts.values():
-        if f.get("pid") is None:  # an older dcoded's worker: not known
-            continue
-        processes[f["host"]].add(f["pid"])
-        cpus[f["host"]].update(f.get("cpus") or [])
-        cores[f["host"]] = max(cores[f["host"]], len(cpus[f["host"]]) or f["cores"])
+    processes, cores = _shares(facts)
     over = sorted(h for h in processes if len(processes[h]) > cores[h])
     if not over:
         return None

@@ -110,7 +110,7 @@ def recover(ctx: Context, cfg: Mapping, error: WorkerLost) -> Context:
     if ctx.progress is not None:
         ctx.progress.rewind(start)
     out = Context(spec2, client, workers, log, reference, ctx.progress, resume, ctx.run_dir)
-    out.last_checkpoint = ctx.last_checkpoint
+    out.last_checkpoint, out.crowding = ctx.last_checkpoint, ctx.crowding
     return out
 
 

@@ -37,7 +37,7 @@ from dcoded.engine.driver import Context, Progress
 from dcoded.engine.record import TrainingLog
 from dcoded.errors import ConfigError, DcodedError, RunError, WorkerLost
 from dcoded.interrupt import Interrupted, signal_name, sigterm_as_interrupt
-from dcoded.preflight import check_workers, cores_warning, thread_warning
+from dcoded.preflight import check_workers, cores_warning, crowding, thread_warning
 from dcoded.recovery import (
     earlier_history,
     recover,
@@ -297,6 +297,8 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
     )
     # under the scale model the workers share the cores by hard quotas, as machines of their own
     crowded = None if ctx.spec.dilation != 1.0 else cores_warning(facts)
+    if crowded:  # the health checks wait as many times longer for an answer
+        ctx.crowding = crowding(facts)
     for warning in (thread_warning(facts), crowded):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)

@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
+import dcoded.engine.driver
 import dcoded.errors
 import dcoded.run
 from dcoded import checkpoint
@@ -552,3 +553,27 @@ def test_direct_peer_killed_leaves_the_survivors_idle(tmp_path):
         for p in [scheduler, *workers]:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize(("crowding", "frozen"), [(1.0, True), (16.0, False)])
+def test_a_crowded_host_is_given_as_many_times_longer_to_answer(monkeypatch, crowding, frozen):
+    """32 workers on 2 cores: the scheduler took over 10 s to answer and a worker's heartbeat
+    over 60 s before the first step, and the run ended as if they were gone. The health checks
+    wait that crowding times longer (and the scale model's dilation times that)."""
+    asked = []
+
+    def known_workers(client, timeout):
+        asked.append(timeout)
+        return {"a": {"last_seen": 1000.0}, "b": {"last_seen": 1000.0 - 300}}
+
+    monkeypatch.setattr(dcoded.engine.driver.health, "known_workers", known_workers)
+    log = TrainingLog("r0", n_workers=2, batch_size=24, peers=None)
+    spec = types.SimpleNamespace(dilation=1.0, step_timeout_s=30)
+    ctx = Context(spec, object(), ["a", "b"], log, None, crowding=crowding)
+    missing = ctx.missing_workers()
+    assert asked == [10.0 * crowding]
+    assert bool(missing) is frozen, missing
+    if frozen:
+        assert "has sent nothing for 300s (more than 60s" in missing[0][1]
+    ctx.spec.dilation = 2.0  # the scale model's dilation multiplies it
+    assert ctx.patience == 2.0 * crowding

@@ -36,8 +36,9 @@ FROZEN_STEPS, FROZEN_MIN_S, FROZEN_FIRST_S = 10, 10.0, 60.0
 
 def frozen_after(median_step_s: float | None, dilation: float = 1.0) -> float:
     """Seconds of silence after which a worker counts as frozen (the floors stand for compute
-    and network times: the scale model's ``dilation`` multiplies them; the median step is
-    measured, so dilated already).
+    and network times: ``dilation``, the scale model's or a crowded host's
+    (:attr:`Context.patience`), multiplies them; the median step is measured, so dilated
+    already).
 
     >>> frozen_after(None), frozen_after(0.05), frozen_after(3.0), frozen_after(0.05, 4.0)
     (60.0, 10.0, 30.0, 40.0)
@@ -60,6 +61,16 @@ class Context:
     resume: checkpoint.Checkpoint | None = None
     run_dir: Path | None = None
     last_checkpoint: Path | None = None
+    #: worker processes per CPU on the most crowded host (:func:`dcoded.preflight.crowding`):
+    #: there a worker's and the scheduler's answers come that many times later
+    crowding: float = 1.0
+
+    @property
+    def patience(self) -> float:
+        """How many times longer than on machines of their own the cluster may take to answer
+        before it counts as gone: the scale model's dilation, times the crowding of a host
+        whose workers share its CPUs."""
+        return self.spec.dilation * self.crowding
 
     @property
     def start_step(self) -> int:
@@ -159,11 +170,13 @@ class Context:
         if self.client is None:
             return []
         # bounded: a dead scheduler would otherwise hold this call for the connect timeout
-        # (under the scale model the scheduler is a throttled host: its answer is dilated too)
-        known = health.known_workers(self.client, SCHEDULER_TIMEOUT_S * self.spec.dilation)
+        # (under the scale model the scheduler is a throttled host: its answer is dilated too;
+        # on a crowded host it waits for the CPU)
+        known = health.known_workers(self.client, SCHEDULER_TIMEOUT_S * self.patience)
         out = [(w, "was lost") for w in self.workers if w not in known]
-        limit = frozen_after(self.log.median_step_s(), self.spec.dilation)
+        limit = frozen_after(self.log.median_step_s(), self.patience)
         seen = [known[w].get("last_seen") for w in self.workers if w in known]
+        waits = f"; the seconds times {self.patience:.3g}" if self.patience != 1.0 else ""
         if seen and None not in seen:
             newest = max(seen)  # the scheduler's own clock: another machine's may differ
             for w in self.workers:
@@ -174,7 +187,8 @@ class Context:
                             w,
                             f"has sent nothing for {silent:.0f}s (more than {limit:.0f}s: "
                             f"max({FROZEN_STEPS} x the median step, {FROZEN_MIN_S:g}s), or "
-                            f"{FROZEN_FIRST_S:g}s before a step is done): frozen, treated as lost",
+                            f"{FROZEN_FIRST_S:g}s before a step is done{waits}): frozen, "
+                            "treated as lost",
                         )
                     )
         return out
