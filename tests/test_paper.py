@@ -962,3 +962,25 @@ def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digit
     cfg = compose_config(["experiment=paper_time", "cluster=local", *time_o[2:4]])
     spec, replica, _ = build_spec(cfg)
     assert spec.dataset["name"] == "mnist" and len(replica.data.y_train) == 1200
+
+
+def test_the_plain_ddp_script_trains_the_model_dcoded_trains(tmp_path):
+    """``paper/ddp_plain.py`` (the torchrun DDP that dcoded's ``algorithm=ddp`` is held
+    against) builds the MLP of ``model=dnn`` on MNIST-sized inputs, parameter for parameter,
+    and reports a step time."""
+    import os
+
+    from dcoded.models import build_model
+
+    script = Path(__file__).parents[1] / "paper" / "ddp_plain.py"
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(script), "--steps", "14", "--batch", "32"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = json.loads([s for s in out.stdout.splitlines() if s.startswith("{")][-1])
+    ours = build_model({"name": "dnn", "hidden": [128, 64]}, (1, 28, 28), 10, seed=0)
+    assert said["d"] == sum(p.numel() for p in ours.parameters()) == 109_386
+    assert 0 < said["step_median_s"] < 10
