@@ -289,37 +289,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     cal = Calibration.load()
     rows = measured_rows(runs(results, size), cal)
     table = best_rows(rows)
-    plt = output.pyplot()
-    networks = [n for n in NETWORK_ORDER if any(x["network"] == n for x in table)]
-    fig, axes = plt.subplots(1, len(networks), figsize=(5 * len(networks), 4.6), squeeze=False)
-    for ax, network in zip(axes[0], networks, strict=True):
-        mine = [x for x in table if x["network"] == network]
-        for i, scheme in enumerate(
-            sorted({x["scheme"] for x in mine}, key=lambda s: (s != "ddp", s))
-        ):
-            pts = sorted(
-                (x["K"], x["step_ms"], x["bound_ms"], x["predicted_ms"])
-                for x in mine
-                if x["scheme"] == scheme
-            )
-            Ks, ms, bound, pred = zip(*pts, strict=True)
-            color = "k" if scheme == "ddp" else f"C{i}"
-            label = scheme.replace(" direct", " TCP").replace(" multicast", " mc")
-            ax.plot(Ks, ms, color=color, marker="o", label=label)
-            ax.plot(Ks, bound, color=color, ls=":", lw=1)
-            ax.plot(Ks, pred, color=color, ls="none", marker="x", ms=7)
-        ax.set_title(network, fontsize=11)
-        ax.set_xlabel("workers K")
-        ax.set_ylabel("ms per step (median)")
-        _log_ms(ax)
-        ax.set_xticks(sorted({x["K"] for x in mine}))
-        ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(
-        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960, 25 Mbit/s",
-        fontsize=11,
-    )
-    fig.tight_layout()
-    output.save_figure(fig, paths.figures(out) / "fig9_scaling.png")
+    draw_measured(table, out)
     output.write_table(
         table,
         COLUMNS,
@@ -349,13 +319,67 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     draw_predicted(cal, out, table)
 
 
+def draw_measured(table: list[dict], out: Path) -> None:
+    """Figure 9 from its table (:func:`best_rows`): a panel per network, two to a row, so
+    that it reads at the width of a page."""
+    plt = output.pyplot()
+    networks = [n for n in NETWORK_ORDER if any(x["network"] == n for x in table)]
+    n_rows = (len(networks) + 1) // 2
+    fig, axes = plt.subplots(
+        n_rows, 2, figsize=(11, 4.4 * n_rows), squeeze=False, constrained_layout=True
+    )
+    for ax, network in zip(axes.flat, networks, strict=False):
+        mine = [x for x in table if x["network"] == network]
+        for i, scheme in enumerate(
+            sorted({x["scheme"] for x in mine}, key=lambda s: (s != "ddp", s))
+        ):
+            pts = sorted(
+                (int(x["K"]), float(x["step_ms"]), float(x["bound_ms"]), _number(x["predicted_ms"]))
+                for x in mine
+                if x["scheme"] == scheme
+            )
+            Ks, ms, bound, pred = zip(*pts, strict=True)
+            color = "k" if scheme == "ddp" else f"C{i}"
+            label = scheme.replace(" direct", " TCP").replace(" multicast", " mc")
+            ax.plot(Ks, ms, color=color, marker="o", label=label)
+            ax.plot(Ks, bound, color=color, ls=":", lw=1.2)
+            ax.plot(Ks, pred, color=color, ls="none", marker="x", ms=7)
+        ax.set_title(network, fontsize=12)
+        ax.set_xlabel("workers K", fontsize=10)
+        ax.set_ylabel("ms per step (median)", fontsize=10)
+        _log_ms(ax)
+        ax.set_xticks(sorted({int(x["K"]) for x in mine}))
+        ax.tick_params(labelsize=9)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8.5, loc="upper left", framealpha=0.85)
+    for ax in list(axes.flat)[len(networks) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960, 25 Mbit/s",
+        fontsize=12,
+    )
+    output.save_figure(fig, paths.figures(out) / "fig9_scaling.png")
+
+
+def _number(value) -> float:
+    """A table cell as a number (``nan`` where it is empty: a run the model does not
+    predict)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def _log_ms(ax) -> None:
-    """A log axis of milliseconds, labelled in plain numbers."""
-    from matplotlib.ticker import FuncFormatter
+    """A log axis of milliseconds, labelled in plain numbers at 1, 2, 3 and 5 of every decade
+    (a panel spans less than a decade or two: one label a decade left it nearly bare)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
     ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(4.0, 6.0, 7.0, 8.0, 9.0)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 

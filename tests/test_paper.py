@@ -984,3 +984,33 @@ def test_the_plain_ddp_script_trains_the_model_dcoded_trains(tmp_path):
     ours = build_model({"name": "dnn", "hidden": [128, 64]}, (1, 28, 28), 10, seed=0)
     assert said["d"] == sum(p.numel() for p in ours.parameters()) == 109_386
     assert 0 < said["step_median_s"] < 10
+
+
+def test_figure_9_reads_at_page_width_with_labelled_ticks(tmp_path):
+    """Figure 9 was a strip of four panels 20 inches wide whose log axes had one labelled
+    tick each: two panels to a row now, and a span of under a decade gets several labels."""
+    from paper import figure_scaling, output
+
+    rows = [
+        {"network": net, "K": K, "scheme": scheme, "step_ms": ms * K, "bound_ms": ms * K / 2,
+         "predicted_ms": "" if scheme == "ddp" else ms * K}
+        for net in ("switch", "bus", "racks 2:1")
+        for scheme, ms in (("ddp", 30.0), ("cdc coded g=K direct", 60.0))
+        for K in (8, 12, 16)
+    ]  # fmt: skip
+    figure_scaling.draw_measured(rows, tmp_path)
+    png = tmp_path / "figures" / "fig9_scaling.png"
+    from matplotlib.image import imread
+
+    height, width = imread(png).shape[:2]
+    assert width <= 1.6 * height * 2, (width, height)  # two columns, not a strip of three
+
+    plt = output.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([8, 16], [250, 1600])
+    figure_scaling._log_ms(ax)
+    fig.canvas.draw()
+    low, high = ax.get_ylim()
+    labels = [t.get_text() for t in ax.yaxis.get_ticklabels() if low <= t.get_position()[1] <= high]
+    assert len([s for s in labels if s]) >= 3, labels
+    plt.close(fig)
