@@ -76,7 +76,8 @@ def plain(steps: int, batch: int, lr: float) -> None:
     dist.destroy_process_group()
 
 
-def run_plain(args) -> float:
+def run_plain(args) -> dict:
+    """The plain script under ``torchrun`` on this host: what its rank 0 printed."""
     out = subprocess.run(
         [
             sys.executable,
@@ -89,14 +90,15 @@ def run_plain(args) -> float:
             str(args.steps),
             "--batch",
             str(args.batch),
+            "--lr",
+            str(args.lr),
         ],
         capture_output=True,
         text=True,
         check=True,
         env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
     )
-    line = [s for s in out.stdout.splitlines() if s.startswith("{")][-1]
-    return json.loads(line)["step_median_s"]
+    return json.loads([s for s in out.stdout.splitlines() if s.startswith("{")][-1])
 
 
 def run_dcoded(args, folder: Path) -> float:
@@ -111,6 +113,7 @@ def run_dcoded(args, folder: Path) -> float:
             f"cluster.n_workers={args.workers}",
             f"train.batch_size={args.batch}",
             f"train.steps={args.steps}",
+            f"train.lr={args.lr}",
             "train.eval_every=0",
             f"hydra.run.dir={folder}",
         ],
@@ -125,7 +128,7 @@ def compare(args) -> None:
     plain_s, dcoded_s = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            plain_s.append(run_plain(args))
+            plain_s.append(run_plain(args)["step_median_s"])
             dcoded_s.append(run_dcoded(args, Path(tmp) / f"run{i}"))
             print(
                 f"run {i}: plain {plain_s[-1] * 1e3:.2f} ms, dcoded {dcoded_s[-1] * 1e3:.2f} ms",

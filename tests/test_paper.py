@@ -4,6 +4,7 @@ summaries and with the closed forms."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import csv
 import functools
@@ -964,23 +965,14 @@ def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digit
     assert spec.dataset["name"] == "mnist" and len(replica.data.y_train) == 1200
 
 
-def test_the_plain_ddp_script_trains_the_model_dcoded_trains(tmp_path):
+def test_the_plain_ddp_script_trains_the_model_dcoded_trains():
     """``paper/ddp_plain.py`` (the torchrun DDP that dcoded's ``algorithm=ddp`` is held
     against) builds the MLP of ``model=dnn`` on MNIST-sized inputs, parameter for parameter,
-    and reports a step time."""
-    import os
-
+    and reports a step time, launched as ``--compare`` launches it."""
     from dcoded.models import build_model
+    from paper.ddp_plain import run_plain
 
-    script = Path(__file__).parents[1] / "paper" / "ddp_plain.py"
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(script), "--steps", "14", "--batch", "32"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    said = json.loads([s for s in out.stdout.splitlines() if s.startswith("{")][-1])
+    said = run_plain(argparse.Namespace(workers=2, steps=14, batch=32, lr=0.05))
     ours = build_model({"name": "dnn", "hidden": [128, 64]}, (1, 28, 28), 10, seed=0)
     assert said["d"] == sum(p.numel() for p in ours.parameters()) == 109_386
     assert 0 < said["step_median_s"] < 10
