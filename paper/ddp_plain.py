@@ -11,7 +11,8 @@ time a step) and rank 0 prints one line of JSON: the median over the timed steps
 
 Run as ``python paper/ddp_plain.py --compare``, it runs that script and
 ``python -m dcoded algorithm=ddp`` of the same model and batch alternately, ``--runs`` times
-each, and prints both medians of every run and their ratio::
+each, and prints both medians of every run and their ratio (``--out FILE``: and writes them,
+as stage 1 of the paper does for the report's DDP section, :mod:`paper.table_ddp`)::
 
     python paper/ddp_plain.py --compare --runs 3 --steps 300
 """
@@ -95,9 +96,11 @@ def run_plain(args) -> dict:
         ],
         capture_output=True,
         text=True,
-        check=True,
         env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
     )
+    if out.returncode:  # torchrun's own message says little: the ranks' last lines say why
+        tail = "\n".join((out.stdout + out.stderr).splitlines()[-25:])
+        raise RuntimeError(f"the plain DDP script failed (status {out.returncode}):\n{tail}")
     return json.loads([s for s in out.stdout.splitlines() if s.startswith("{")][-1])
 
 
@@ -124,7 +127,8 @@ def run_dcoded(args, folder: Path) -> float:
     return json.loads((folder / "summary.json").read_text())["time_s"]["step_median"]
 
 
-def compare(args) -> None:
+def compare(args) -> dict:
+    """Both, alternately, ``--runs`` times each; the record ``--out`` writes (medians in ms)."""
     plain_s, dcoded_s = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
@@ -141,6 +145,15 @@ def compare(args) -> None:
         f"(K = {args.workers}, B = {args.batch}, {args.steps} steps, the first {WARMUP} "
         "left out)"
     )
+    return {
+        "workers": args.workers,
+        "batch": args.batch,
+        "steps": args.steps,
+        "warmup": WARMUP,
+        "lr": args.lr,
+        "plain_ms": [1e3 * t for t in plain_s],
+        "dcoded_ms": [1e3 * t for t in dcoded_s],
+    }
 
 
 def main() -> None:
@@ -151,13 +164,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=480)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--out", type=Path, default=None, help="--compare: write the record here")
     args = parser.parse_args()
     if args.steps <= WARMUP:
         parser.error(f"--steps must be more than {WARMUP} (the steps left out)")
     if "RANK" in os.environ:
         plain(args.steps, args.batch, args.lr)
     elif args.compare:
-        compare(args)
+        record = compare(args)
+        if args.out is not None:
+            from dcoded import files
+
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            files.write_text(args.out, json.dumps(record, indent=1))
     else:
         parser.error("run it with torchrun, or with --compare")
 

@@ -18,7 +18,14 @@ import math
 import sys
 from pathlib import Path
 
-from dcoded.predict import Calibration, ImpossibleLayout, Scenario, predict, scenario_of
+from dcoded.predict import (
+    Calibration,
+    ImpossibleLayout,
+    Scenario,
+    predict,
+    scenario_of,
+    stated_error,
+)
 from dcoded.topology import phase_bounds
 from paper import output, paths
 from paper.results import Run, failed, load
@@ -239,6 +246,13 @@ def _predict_all(cal: Calibration) -> list[dict]:
                         if best is None or p.step_s < best.step_s:
                             best = p
                     s = best.scenario if best else None
+                    # beyond the fitted K every point is an extrapolation: the held-out error
+                    ddp_err = stated_error("ddp", net["topology"], held_out=True)
+                    cdc_err = (
+                        stated_error(f"cdc-{s.transport}", net["topology"], held_out=True)
+                        if s
+                        else None
+                    )
                     rows.append(
                         {
                             "workload": workload,
@@ -253,6 +267,8 @@ def _predict_all(cal: Calibration) -> list[dict]:
                                 else None
                             ),
                             "cdc_over_ddp": best.step_s / ddp.step_s if best else None,
+                            "ddp_err_pct": ddp_err,
+                            "cdc_err_pct": cdc_err,
                         }
                     )
     return rows
@@ -260,7 +276,8 @@ def _predict_all(cal: Calibration) -> list[dict]:
 
 def crossovers(rows: list[dict]) -> list[dict]:
     """Per model size, network and rate: the least K at which cdc's best layout is faster
-    than DDP (``None``: at no K of the range)."""
+    than DDP (``None``: at no K of the range), and the least at which it is faster by more
+    than both predictions' stated errors (cdc's upper edge below DDP's lower one)."""
     out = []
     keys = sorted({(x["workload"], x["network"], x["gbit"]) for x in rows}, key=str)
     for workload, network, gbit in keys:
@@ -268,12 +285,20 @@ def crossovers(rows: list[dict]) -> list[dict]:
             x for x in rows if (x["workload"], x["network"], x["gbit"]) == (workload, network, gbit)
         ]
         wins = [x["K"] for x in mine if x["cdc_over_ddp"] is not None and x["cdc_over_ddp"] < 1]
+        sure = [
+            x["K"]
+            for x in mine
+            if x["cdc_ms"] is not None
+            and x["cdc_ms"] * (1 + x["cdc_err_pct"] / 100)
+            < x["ddp_ms"] * (1 - x["ddp_err_pct"] / 100)
+        ]
         out.append(
             {
                 "workload": workload,
                 "network": network,
                 "gbit": gbit,
                 "first_K_cdc_wins": min(wins) if wins else None,
+                "first_K_beyond_error": min(sure) if sure else None,
                 "cdc_over_ddp_at_1024": next(
                     (x["cdc_over_ddp"] for x in mine if x["K"] == max(K_RANGE)), None
                 ),
@@ -402,16 +427,24 @@ def draw_predicted(cal: Calibration, out: Path, measured: list[dict]) -> None:
                     if (x["workload"], x["network"], x["gbit"]) == (workload, network, gbit)
                 ]
                 Ks = [x["K"] for x in mine]
-                ax.plot(
-                    Ks, [x["ddp_ms"] for x in mine], color="k", ls=line, label=f"ddp {gbit} Gbit/s"
-                )
-                ax.plot(
-                    Ks,
-                    [x["cdc_ms"] if x["cdc_ms"] is not None else math.nan for x in mine],
-                    color="C3",
-                    ls=line,
-                    label=f"cdc best {gbit} Gbit/s",
-                )
+                for name, color, label in (("ddp", "k", "ddp"), ("cdc", "C3", "cdc best")):
+                    ys = [
+                        x[f"{name}_ms"] if x[f"{name}_ms"] is not None else math.nan for x in mine
+                    ]
+                    err = [
+                        x[f"{name}_err_pct"] / 100 if x[f"{name}_err_pct"] is not None else math.nan
+                        for x in mine
+                    ]
+                    ax.plot(Ks, ys, color=color, ls=line, label=f"{label} {gbit} Gbit/s")
+                    # the model's stated (held-out) error: where the measured step may lie
+                    ax.fill_between(
+                        Ks,
+                        [y * (1 - e) for y, e in zip(ys, err, strict=True)],
+                        [y * (1 + e) for y, e in zip(ys, err, strict=True)],
+                        color=color,
+                        alpha=0.08 if line == "-" else 0.05,
+                        lw=0,
+                    )
             ax.set_xscale("log", base=2)
             _log_ms(ax)
             ax.set_title(f"{workload}, {network}", fontsize=9)
@@ -421,22 +454,42 @@ def draw_predicted(cal: Calibration, out: Path, measured: list[dict]) -> None:
                 ax.set_ylabel("predicted ms per step")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(
-        "Figure 10 (PREDICTED by dcoded.predict, not measured): DDP and cdc's best layout",
+        "Figure 10 (PREDICTED by dcoded.predict, not measured): DDP and cdc's best layout; "
+        "bands: the model's stated held-out error",
         fontsize=11,
     )
     fig.tight_layout()
     output.save_figure(fig, paths.figures(out) / "fig10_predicted.png")
     output.write_table(
         rows,
-        ["workload", "network", "gbit", "K", "ddp_ms", "cdc_ms", "cdc_layout", "cdc_over_ddp"],
+        [
+            "workload",
+            "network",
+            "gbit",
+            "K",
+            "ddp_ms",
+            "ddp_err_pct",
+            "cdc_ms",
+            "cdc_err_pct",
+            "cdc_layout",
+            "cdc_over_ddp",
+        ],
         paths.tables(out) / "fig10_predicted",
         "Figure 10 (predicted, not measured): ms per step by the calibrated model.",
     )
     output.write_table(
         crossovers(rows),
-        ["workload", "network", "gbit", "first_K_cdc_wins", "cdc_over_ddp_at_1024"],
+        [
+            "workload",
+            "network",
+            "gbit",
+            "first_K_cdc_wins",
+            "first_K_beyond_error",
+            "cdc_over_ddp_at_1024",
+        ],
         paths.tables(out) / "fig10_crossover",
-        "Figure 10: the least K at which cdc's best layout is predicted faster than DDP.",
+        "Figure 10: the least K at which cdc's best layout is predicted faster than DDP, and "
+        "the least at which it is faster by more than both predictions' stated errors.",
     )
 
 
@@ -634,13 +687,25 @@ def section(results: Path, size: str) -> str:
         "the backward pass; the software costs are those fitted here, on Dask and two shared "
         "cores, so the per-message and per-step terms are this machine's, not a data centre's; "
         "no measured run shares these rates and sizes (they are at 25 Mbit/s, d = 0.1 M), so "
-        "none is drawn in Figure 10. "
-        "The least K at which cdc's best layout is predicted faster than DDP:"
+        "none is drawn in Figure 10. Every point past the fitted K is an extrapolation, so "
+        "each line's band is the model's stated held-out error for its family and topology "
+        "(DDP's, and that of cdc's best layout's transport). The least K at which cdc's best "
+        "layout is predicted faster than DDP, and the least at which it is faster by more than "
+        "both errors (cdc's upper edge below DDP's lower one; none: the bands overlap at every "
+        "K):"
     )
     out.append("")
     out.append(
         output.markdown(
-            cross, ["workload", "network", "gbit", "first_K_cdc_wins", "cdc_over_ddp_at_1024"]
+            cross,
+            [
+                "workload",
+                "network",
+                "gbit",
+                "first_K_cdc_wins",
+                "first_K_beyond_error",
+                "cdc_over_ddp_at_1024",
+            ],
         )
     )
     return "\n".join(out) + "\n"

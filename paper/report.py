@@ -10,7 +10,15 @@ from pathlib import Path
 from dcoded import files
 from paper import output, paths
 from paper.cache import SKIPPED
-from paper.results import MissingResults, Run, load, meta, stale
+from paper.results import (
+    MissingResults,
+    Run,
+    load,
+    meta,
+    outside_fidelity,
+    scale_model,
+    stale,
+)
 from paper.sections import SECTIONS
 
 #: The report's fixed prose, in Markdown: its head, what differs from the paper's setting,
@@ -39,15 +47,36 @@ def conditions(results: Path, size: str) -> str:
         )
     else:
         link = f"local Dask cluster, no emulated links ({m['cluster_note']})"
+    # the machine's cores as stage 1 counted them (a host under the scale model is pinned to
+    # one of them, and counts only that one)
+    cores = (m.get("host") or {}).get("cores") or env["cores"]
+    dilated = scale_model(runs)
+    if dilated:
+        tdf, quota = dilated["tdf"], dilated["quota_cores"]
+        each = f"{dilated['host_cores']:g} core" + "s" * (dilated["host_cores"] != 1)
+        hosts = (
+            f"K = {first['n_workers']} Dask worker processes, the driver and the scheduler, "
+            f"each an emulated machine of {each} (the scale model, `cluster.scale_model=true`): "
+            f"a CPU cgroup of its own whose quota is a hard ceiling of {_span(quota, '.3f')} of "
+            f"one of this machine's {cores} cores (raised by as much as a run's probe finds the "
+            "quota slows its compute), every link's rate and every protocol "
+            f"timer dilated {_span(tdf, '.2f')} times; every time reported is the wall time "
+            "divided by that factor, as the K machines would see it, and a run whose fidelity "
+            "check failed is left out (each sweep's count is below)"
+        )
+    else:
+        hosts = (
+            f"K = {first['n_workers']} Dask worker processes, one thread and "
+            f"{env['torch_threads']} torch thread each, on a machine with {cores} cores "
+            "(the workers share them: redundant compute costs more here than on K machines)"
+        )
     models = {}
     for r in runs:
         models.setdefault(r["model"], r["n_params"])
     opt = cfg["optimizer"]
     lines = [
         f"- size: `{size}` (`make paper SIZE={size}`); results of {m['finished'][:10]}",
-        f"- workers: K = {first['n_workers']} Dask worker processes, one thread and "
-        f"{env['torch_threads']} torch thread each, on a machine with {env['cores']} cores "
-        "(the workers share them: redundant compute costs more here than on K machines)",
+        f"- hosts: {hosts}",
         f"- network: {link}",
         f"- data: {m['data']}",
         "- models: "
@@ -80,8 +109,29 @@ def provenance(results: Path, size: str) -> str:
             f"- `{e}`: commit `{m.get('commit') or 'unknown'}`, {m['jobs']} jobs, finished "
             f"{m.get('finished', '?')[:16].replace('T', ' ')} UTC"
             + (f"; **stale**: {why}" if why else "; fresh (same job configs and code)")
+            + _fidelity(results, size, e)
         )
     return "\n".join(lines)
+
+
+def _span(pair: tuple[float, float], fmt: str) -> str:
+    lo, hi = pair
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}} to {hi:{fmt}}"
+
+
+def _fidelity(results: Path, size: str, experiment: str) -> str:
+    """``; scale model, fidelity held in n of m runs`` for a sweep under the scale model."""
+    try:
+        kept = load(results, size, experiment, failed_ok=True)
+    except MissingResults:
+        return ""
+    out = outside_fidelity(results, size, experiment)
+    scaled = [r for r in (*kept, *out) if r.summary.get("scale_model")]
+    if not scaled:
+        return ""
+    held = len(scaled) - len(out)
+    left = f" (left out: {', '.join(r.dir.name.split('-')[0] for r in out)})" if out else ""
+    return f"; scale model, fidelity held in {held} of {len(scaled)} runs{left}"
 
 
 def _missing(results: Path, size: str, experiments) -> str | None:

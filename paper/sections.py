@@ -18,6 +18,7 @@ from paper import (
     figure_scaling,
     figure_stragglers,
     figure_topology,
+    table_ddp,
     table_time,
     table_to_accuracy,
     tuning,
@@ -26,6 +27,7 @@ from paper import (
 SECTIONS = (
     tuning,
     table_time,
+    table_ddp,
     table_to_accuracy,
     figure_loads,
     figure_phases,

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from dcoded import files
 from dcoded.coding.helptext import help_text
-from paper import cache, paths, tuning
+from paper import cache, paths, table_ddp, tuning
 from paper.cache import COMPLETE, SKIPPED
 from paper.results import MissingResults
 
@@ -68,6 +68,20 @@ def choose_cluster(wanted: str) -> tuple[str, str | None]:
             raise SystemExit(f"error: {e}") from None
         return "local", f"the emulated network is not available here ({e})"
     return "netem", None
+
+
+def choose_scale(cluster: str) -> tuple[list[str], str | None]:
+    """``(overrides, note)``: on the emulated network the experiments run under the scale model
+    (their configs ask for it); where host cgroups cannot be made here, without it, with a
+    note (every time is then measured on hosts that share this machine's cores freely)."""
+    if cluster != "netem":
+        return [], None
+    from dcoded.scale import usable
+
+    why = usable()
+    if why is None:
+        return [], None
+    return ["++cluster.scale_model=false"], f"the scale model {why}: the hosts share the cores"
 
 
 def choose_data(mnist: str | None) -> tuple[list[str], str]:
@@ -214,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=paths.SIZES, default="small")
     parser.add_argument("--mnist", default=None, help="a folder with the four MNIST IDX files")
     parser.add_argument("--cluster", choices=["auto", "netem", "local"], default="auto")
-    parser.add_argument("--only", nargs="+", choices=list(paths.EXPERIMENTS), default=None)
+    parser.add_argument(
+        "--only", nargs="+", choices=[*paths.EXPERIMENTS, table_ddp.NAME], default=None
+    )
     parser.add_argument(
         "--beyond", action="store_true", help="also the studies beyond the paper (Figures 6-10)"
     )
@@ -230,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, default=paths.RESULTS)
     parser.add_argument(
+        "--ddp-plain-runs",
+        type=int,
+        default=5,
+        help="runs of each DDP in the plain-DDP comparison (each in turn; default 5)",
+    )
+    parser.add_argument(
+        "--ddp-plain-steps", type=int, default=300, help="steps of each of those runs"
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="after --: more overrides for every run; EXPERIMENT:KEY=VALUE for one experiment's",
@@ -240,11 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     # the code the sweeps run, before anything can change it
     commit, code = cache.commit(), cache.code_identity()
     cluster, cluster_note = choose_cluster(args.cluster)
+    scale_overrides, scale_note = choose_scale(cluster)
     data_overrides, data_note = choose_data(args.mnist)
     if cluster_note:
         print(f"note: {cluster_note}; running on cluster=local", file=sys.stderr)
+    if scale_note:
+        print(f"note: {scale_note}", file=sys.stderr)
     print(f"data: {data_note}", file=sys.stderr)
-    chosen = args.only or [e for e in paths.EXPERIMENTS if args.beyond or e not in paths.BEYOND]
+    chosen = [e for e in args.only or paths.EXPERIMENTS if e in paths.EXPERIMENTS]
+    chosen = [e for e in chosen if args.only or args.beyond or e not in paths.BEYOND]
     for experiment in chosen:
         dest = paths.sweep_dir(args.results, args.size, experiment)
         if cluster != "netem" and experiment in paths.NEEDS_NETEM:
@@ -261,10 +290,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(
                     f"error: {experiment} runs at the rates the tuning sweeps pick: {e}"
                 ) from None
-        data, common = data_overrides, shared
+        data, common = data_overrides, [*scale_overrides, *shared]
         if experiment in paths.OWN_DATA:  # its own dataset: none of the others' data settings
             data = []
-            common = [o for o in shared if not o.lstrip("+~").startswith(("dataset.", "dataset="))]
+            common = [o for o in common if not o.lstrip("+~").startswith(("dataset.", "dataset="))]
         overrides = sweep_overrides(args.size, cluster, data, common, own)
         now = _plan(experiment, overrides, code)
         status, why = state(dest, now)
@@ -305,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             "jobs": jobs,
             "cluster": cluster,
             "cluster_note": cluster_note,
+            "scale_note": scale_note,
             "data": data_note,
             "overrides": overrides,
             "commit": commit,
@@ -316,7 +346,72 @@ def main(argv: list[str] | None = None) -> int:
         }
         files.write_text(dest / COMPLETE, json.dumps(record, indent=1))
         print(f"{experiment}: {jobs} runs in {seconds:.0f} s -> {dest}", flush=True)
+    if args.only is None or table_ddp.NAME in args.only:
+        ddp_plain(
+            args.results,
+            args.size,
+            code,
+            commit,
+            runs=args.ddp_plain_runs,
+            steps=args.ddp_plain_steps,
+            check=args.check,
+            force=args.force,
+        )
     return 0
+
+
+def ddp_plain(
+    results: Path,
+    size: str,
+    code: str,
+    commit: str | None,
+    runs: int = 5,
+    steps: int = 300,
+    check: bool = False,
+    force: bool = False,
+) -> None:
+    """dcoded's DDP beside a plain torchrun DDP script (:mod:`paper.ddp_plain`), ``runs`` of
+    each in turn, on this host's loopback; kept while the code and the runs are the same."""
+    dest = table_ddp.record_path(results, size)
+    record = json.loads(dest.read_text()) if dest.exists() else None
+    same = record is not None and (
+        record.get("code"),
+        record.get("steps"),
+        len(record.get("plain_ms", ())),
+    ) == (code, steps, runs)
+    status = "missing" if record is None else "fresh" if same else "stale"
+    if check:
+        print(f"{table_ddp.NAME}: {status}")
+        return
+    if status == "fresh" and not force:
+        print(f"{table_ddp.NAME}: fresh (same code and runs), kept ({dest})")
+        return
+    print(f"{table_ddp.NAME}: dcoded's DDP beside a plain torchrun DDP script", flush=True)
+    t0 = time.monotonic()
+    tmp = dest.with_suffix(".running.json")
+    cmd = [sys.executable, str(paths.PAPER / "ddp_plain.py"), "--compare", "--runs", str(runs)]
+    done = subprocess.run(
+        [*cmd, "--steps", str(steps), "--out", str(tmp)],
+        cwd=paths.ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise SystemExit(
+            f"error: {table_ddp.NAME} failed (status {done.returncode}):\n"
+            + "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        )
+    seconds = time.monotonic() - t0
+    got = json.loads(tmp.read_text())
+    files.write_text(
+        dest,
+        json.dumps(
+            {**got, "code": code, "commit": commit, "finished": _now(), "seconds": seconds},
+            indent=1,
+        ),
+    )
+    tmp.unlink()
+    print(f"{table_ddp.NAME}: {done.stdout.strip().splitlines()[-1]} ({seconds:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -271,6 +271,68 @@ def test_table_1_over_seeds_gives_intervals_and_says_within_noise(tmp_path):
     assert "**holds" in _report_line(cnn_part, "- against SSGD:")  # r = 1 is 60, slower
 
 
+def _dilated(summary: dict, tdf: float, ok: bool = True) -> dict:
+    """The summary a scale-model run at ``tdf`` writes: its wall times ``tdf`` times the
+    cluster's, the cluster's as ``time_s_undilated``, and its fidelity check's verdict."""
+    wall = {k: v * tdf for k, v in summary["time_s"].items()}
+    return {
+        **summary,
+        "time_s": wall,
+        "time_s_undilated": summary["time_s"],
+        "scale_model": {"tdf": tdf, "host_cores": 1, "quota_cores": 2 * 0.6 / (6 * 1)},
+        "fidelity": {"ok": ok, "problems": [] if ok else ["the machine's idle fell to 3%"]},
+    }
+
+
+def test_stage_2_reads_the_scale_models_runs_undilated_and_leaves_out_the_unfaithful(tmp_path):
+    """Table 1 from scale-model runs is the same table as from the cluster's own times: the
+    wall times (dilated 5x) do not reach it, a run whose fidelity check failed does not
+    either (its seed is out of the medians), and the report counts it."""
+    baselines = [("ssgd", 100.0), ("asgd", 90.0), ("ddp", 20.0)]
+    cdc = {"dnn": [50.0, 80.0, 95.0, 30.0], "cnn": [60.0, 110.0, 120.0, 70.0]}
+    jitter = (0.0, 0.03, -0.04)
+    _table1(tmp_path / "plain", baselines, cdc, jitter)
+    expected = table_time.compute(tmp_path / "plain", "small")
+    _table1(tmp_path / "scaled", baselines, cdc, jitter)
+    for folder in (tmp_path / "scaled" / "small").iterdir():
+        for job in folder.glob("*-job"):
+            s = json.loads((job / "summary.json").read_text())
+            (job / "summary.json").write_text(json.dumps(_dilated(s, 5.0)))
+    assert table_time.compute(tmp_path / "scaled", "small") == expected
+
+    # seed 2's ssgd of the dnn (the third run of paper_time's second seed block) unfaithful
+    job = next((tmp_path / "scaled" / "small" / "paper_time").glob("12-job"))
+    s = json.loads((job / "summary.json").read_text())
+    assert (s["model"], s["algorithm"], s["seed"]) == ("dnn", "ssgd", 2)
+    (job / "summary.json").write_text(json.dumps({**s, "fidelity": {"ok": False}}))
+    results._staleness.clear()
+    runs = results.load(tmp_path / "scaled", "small", "paper_time")
+    assert len(runs) == 17 and all(r.faithful for r in runs)
+    assert [
+        r.dir.name for r in results.outside_fidelity(tmp_path / "scaled", "small", "paper_time")
+    ] == ["12-job"]
+    dnn, _ = table_time.compute(tmp_path / "scaled", "small")
+    assert dnn["ssgd_s"] == pytest.approx(statistics.median([100.0, 103.0]))
+    line = next(
+        x
+        for x in report.provenance(tmp_path / "scaled", "small").splitlines()
+        if "`paper_time`" in x
+    )
+    assert "scale model, fidelity held in 17 of 18 runs (left out: 12)" in line
+
+
+def test_a_scale_model_runs_history_is_undilated(tmp_path):
+    rows = [
+        {"step": 0, "wall_s": 5.0, "test_accuracy": 0.5},
+        {"step": 1, "wall_s": 10.0, "test_accuracy": ""},
+    ]
+    _fake_sweep(tmp_path, "paper_accuracy", [_dilated(_timed("dnn", "ddp", 1.0), 5.0)], [rows])
+    (run,) = results.load(tmp_path, "small", "paper_accuracy")
+    assert [float(h["wall_s"]) for h in run.history()] == [1.0, 2.0]
+    assert run.history()[1]["test_accuracy"] == "" and run["time_s"]["total"] == 1.0
+    assert run["time_s_wall"]["total"] == 5.0
+
+
 def _accuracy_sweeps(tmp_path, finals: dict, curve_of=None):
     """paper_accuracy at five seeds: ``finals[algorithm][seed]`` is the final accuracy, the
     history rises linearly to it over 10 evaluations, the wall time per step ``speed``."""
@@ -332,6 +394,19 @@ def test_same_accuracy_is_judged_by_the_rule_and_each_sentence_is_its_table_row(
         assert f"**{row['same_as_ssgd']}**" in line and row["minus_ssgd_ci"] in line
     spread = _report_line(text, "- dnn on synthetic MNIST-sized: the seed-to-seed")
     assert f"{statistics.stdev(ssgd):.4f} for ssgd" in spread
+
+
+def test_an_accuracy_equal_at_every_seed_is_said_to_be_so_by_construction(tmp_path):
+    """ddp and cdc on the dnn end at ssgd's accuracy exactly, seed by seed: the interval is
+    [0, 0] because the update is the same, which the sentence says instead of "same"."""
+    ssgd = [0.80, 0.84, 0.79, 0.83, 0.81]
+    finals = {"ssgd": ssgd, "asgd": [a - 0.03 for a in ssgd], "ddp": ssgd, "cdc": ssgd}
+    _accuracy_sweeps(tmp_path, finals)
+    rows = {r["run"]: r for r in figure_accuracy.compute(tmp_path, "small")}
+    ddp = figure_accuracy.accuracy_sentence(rows["ddp"], rows["ssgd"])
+    assert "**same**, by construction" in ddp and "not a claim about the algorithm" in ddp
+    asgd = figure_accuracy.accuracy_sentence(rows["asgd"], rows["ssgd"])
+    assert "by construction" not in asgd and "**differs**" in asgd
 
 
 def test_time_to_accuracy_is_the_first_evaluation_at_the_target_of_each_seed(tmp_path):
@@ -533,8 +608,10 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    reading = [section.TITLE for section in SECTIONS if section.READS]
-    assert len(reading) == 10
+    from paper import table_ddp  # reads stage 1's DDP comparison, not a sweep
+
+    reading = [section.TITLE for section in SECTIONS if section.READS or section is table_ddp]
+    assert len(reading) == 11
     assert text.count("not run") == len(reading)  # one per section that reads results
 
 
@@ -572,7 +649,8 @@ SMALL = [
 
 
 def _stage1(results: Path) -> subprocess.CompletedProcess:
-    args = ["--cluster", "local", "--results", str(results), "--", *SMALL]
+    args = ["--cluster", "local", "--results", str(results), "--ddp-plain-runs", "2"]
+    args += ["--ddp-plain-steps", "20", "--", *SMALL]
     return _paper("sweep", *args, timeout=900)
 
 
@@ -1006,3 +1084,56 @@ def test_figure_9_reads_at_page_width_with_labelled_ticks(tmp_path):
     labels = [t.get_text() for t in ax.yaxis.get_ticklabels() if low <= t.get_position()[1] <= high]
     assert len([s for s in labels if s]) >= 3, labels
     plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "dcoded_ms, said",
+    [
+        ([10.1, 9.9, 10.0, 10.05, 9.95], "**within 5%**"),
+        ([9.0, 9.1, 8.9, 9.05, 9.0], "**dcoded's DDP is faster**"),
+        ([11.5, 11.6, 11.4, 11.5, 11.7], "**dcoded's DDP is slower**"),
+        ([9.0, 11.0, 9.5, 10.8, 9.9], "**within noise but not shown within 5%**"),
+    ],
+)
+def test_the_ddp_section_pairs_the_runs_and_says_which_way_a_gap_leans(tmp_path, dcoded_ms, said):
+    """Each pair's ratio dcoded / plain, their mean and t interval (checked against scipy);
+    the verdict is the interval's: inside 1 +- 5%, wholly below 1, wholly above, or neither."""
+    import numpy as np
+    from scipy import stats
+
+    from paper import table_ddp
+
+    plain = [10.0, 10.2, 9.8, 10.1, 9.9]
+    record = {"workers": 4, "batch": 480, "steps": 300, "warmup": 10, "lr": 0.05}
+    record |= {"plain_ms": plain, "dcoded_ms": dcoded_ms}
+    assert "not run" in table_ddp.section(tmp_path, "small")
+    where = table_ddp.record_path(tmp_path, "small")
+    where.parent.mkdir(parents=True)
+    where.write_text(json.dumps(record))
+    rows, v = table_ddp.compute(record)
+    ratios = np.array(dcoded_ms) / np.array(plain)
+    half = stats.t.ppf(0.975, 4) * ratios.std(ddof=1) / np.sqrt(5)
+    assert [r["dcoded_over_plain"] for r in rows] == pytest.approx(ratios)
+    assert (v["ratio"]["lo"], v["ratio"]["hi"]) == pytest.approx(
+        (ratios.mean() - half, ratios.mean() + half)
+    )
+    text = table_ddp.section(tmp_path, "small")
+    assert said in text and f"{statistics.median(plain):.2f} ms" in text
+
+
+def test_figure_10s_crossover_beyond_error_needs_the_bands_apart():
+    """cdc is predicted faster from K = 32, but faster by more than both stated errors (cdc's
+    upper edge below DDP's lower one) only from K = 128."""
+    from paper import figure_scaling
+
+    def row(K, cdc_ms):
+        return {"workload": "w", "network": "switch", "gbit": 10, "K": K, "ddp_ms": 100.0}
+
+    rows = [
+        {**row(K, c), "cdc_ms": c, "cdc_over_ddp": c / 100.0, "ddp_err_pct": 30.0}
+        | {"cdc_err_pct": 55.0}
+        for K, c in ((16, 120.0), (32, 90.0), (64, 46.0), (128, 44.0), (1024, 20.0))
+    ]
+    (cross,) = figure_scaling.crossovers(rows)
+    assert (cross["first_K_cdc_wins"], cross["first_K_beyond_error"]) == (32, 128)
+    assert cross["cdc_over_ddp_at_1024"] == pytest.approx(0.2)
