@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dcoded import files
-from paper import output, paths
+from paper import output, paths, summary
 from paper.cache import SKIPPED
 from paper.results import (
     MissingResults,
@@ -153,7 +153,8 @@ def _missing(results: Path, size: str, experiments) -> str | None:
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     now = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
-    parts = [prose("head", size=size, now=now), "", "## Conditions", ""]
+    parts = [prose("head", size=size, now=now), "", f"## {summary.TITLE}", ""]
+    parts += [summary.section(results, size), "", "## Conditions", ""]
     try:
         parts.append(conditions(results, size))
     except MissingResults as e:

@@ -612,7 +612,9 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
 
     reading = [section.TITLE for section in SECTIONS if section.READS or section is table_ddp]
     assert len(reading) == 11
-    assert text.count("not run") == len(reading)  # one per section that reads results
+    summary, rest = text.split("## Conditions")
+    assert summary.count("not run") == 3  # Table 1, Table 1b and the DDP comparison
+    assert rest.count("not run") == len(reading)  # one per section that reads results
 
 
 def test_a_bad_mnist_folder_fails_before_any_run(tmp_path):
@@ -1137,3 +1139,34 @@ def test_figure_10s_crossover_beyond_error_needs_the_bands_apart():
     (cross,) = figure_scaling.crossovers(rows)
     assert (cross["first_K_cdc_wins"], cross["first_K_beyond_error"]) == (32, 128)
     assert cross["cdc_over_ddp_at_1024"] == pytest.approx(0.2)
+
+
+def test_the_summary_is_table_1s_ratios_to_ddp_paired_by_seed(tmp_path):
+    """The report's first section: cdc's best coded r, r = 1 and r = K against the faster
+    DDP, each the per-seed ratio's mean and t interval (the same pairing as Table 1's), with
+    the verdict its interval gives; the parts not run say so."""
+    import numpy as np
+    from scipy import stats
+
+    from paper import summary
+
+    baselines = [("ssgd", 100.0), ("asgd", 90.0), ("ddp", 20.0)]
+    cdc = {"dnn": [50.0, 15.0, 95.0, 30.0], "cnn": [60.0, 110.0, 30.0, 70.0]}
+    jitter = (0.0, 0.03, -0.04)
+    _table1(tmp_path, baselines, cdc, jitter)
+    text = summary.section(tmp_path, "small")
+
+    def band(new, old):
+        x = np.array([new * (1 - j) / (old * (1 + j)) for j in jitter])
+        half = stats.t.ppf(0.975, 2) * x.std(ddof=1) / np.sqrt(3)
+        return f"{x.mean():.2f}× [{x.mean() - half:.2f}, {x.mean() + half:.2f}]"
+
+    dnn = _report_line(text, "- **dnn, K = 4")
+    assert f"best coded r = 2 takes {band(15.0, 20.0)} DDP's time, **faster**" in dnn
+    assert "**coding's saving**" in dnn
+    assert f"r = 1 {band(50.0, 20.0)}, r = K = 4 {band(30.0, 20.0)}" in dnn
+    cnn = _report_line(text, "- **cnn, K = 4")
+    assert f"best coded r = 3 takes {band(30.0, 20.0)} DDP's time, **slower**" in cnn
+    assert "coding's saving" not in cnn and "faster beyond noise" not in cnn
+    assert "- Table 1b: not run in this build" in text
+    assert "- DDP as users run it: not run in this build." in text

@@ -1,0 +1,137 @@
+"""The report's first section: one screen of where coding pays here, by how much against DDP,
+and where it does not, each with its interval and the table or figure behind it.
+
+Every line is computed from the same results and by the same functions as the section it
+points to (nothing is restated by hand); a part whose sweeps have not run says so. A ratio to
+DDP is judged by its 95% interval over the seeds: wholly below 1, cdc is faster; wholly
+above, slower; else the seeds cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paper import table_ddp, table_time, table_to_accuracy
+from paper.results import MissingResults, seeded
+from paper.verdicts import not_coding
+
+TITLE = "Summary"
+
+
+def judged(mean: float, lo: float | None, hi: float | None) -> str:
+    """A ratio to DDP in words, by its interval.
+
+    >>> judged(0.72, 0.67, 0.77), judged(1.19, 1.11, 1.26), judged(1.0, 0.9, 1.1)
+    ('**faster** than DDP', '**slower** than DDP', 'not told apart from DDP')
+    >>> judged(0.5, None, None)
+    'faster than DDP (one seed: no interval)'
+    """
+    if lo is None or hi is None:
+        return f"{'faster' if mean < 1 else 'slower'} than DDP (one seed: no interval)"
+    if hi < 1:
+        return "**faster** than DDP"
+    if lo > 1:
+        return "**slower** than DDP"
+    return "not told apart from DDP"
+
+
+def _ratio(s: dict | None, digits: int = 2) -> str:
+    if not s or s.get("mean") is None:
+        return "n/a"
+    band = table_time.ci(s["lo"], s["hi"], digits)
+    return f"{s['mean']:.{digits}f}×" + (f" {band}" if band else "")
+
+
+def table_1(results: Path, size: str) -> list[str]:
+    """Per model: cdc at its best coded r, and the uncoded ends r = 1 and r = K, against DDP,
+    paired by seed."""
+    rows = table_time.compute(results, size)
+    every = table_time.runs(results, size)
+    by, first = seeded(every), every[0]
+    net = (first["environment"].get("netem") or {}).get("bandwidth_mbit")
+    where = f"a switch of {net:g} Mbit/s links" if net else "this host's loopback"
+    scaled = "under the scale model" if first.summary.get("scale_model") else "on shared cores"
+    out = []
+    for row in rows:
+        K, model = row["K"], row["model"]
+        ddp = by[(model, row["ddp_run"])]
+
+        def against(label, model=model, ddp=ddp):
+            mine = by.get((model, label))
+            return table_time.compare(mine, ddp, "ratio") if mine else None
+
+        best = row["_stats"]["coded_over_ddp"]
+        ends = {"r = 1": against("cdc r=1"), f"r = K = {K}": against(f"cdc r={K}")}
+        faster = [name for name, *_ in not_coding(row)]
+        whose = ""
+        if faster:
+            whose = f"; {' and '.join(faster)}, where nothing is coded, is faster beyond noise"
+            if best["hi"] is not None and best["hi"] < 1:
+                whose += ": **the saving is not coding's**"
+        elif best["hi"] is not None and best["hi"] < 1:
+            whose = "; no uncoded r is faster beyond noise: **coding's saving**"
+        out.append(
+            f"- **{model}, K = {K}, {where}, {scaled}** (Table 1, {row['seeds']} seeds): cdc at "
+            f"its best coded r = {row['coded_best_r']} takes {_ratio(best)} DDP's time, "
+            f"{judged(best['mean'], best['lo'], best['hi'])}{whose}. Without coding: "
+            + ", ".join(f"{name} {_ratio(s)}" for name, s in ends.items())
+            + "."
+        )
+    return out
+
+
+def table_1b(results: Path, size: str) -> list[str]:
+    """Per data set and model: cdc's time to the target accuracy against DDP's."""
+    out = []
+    for row in table_to_accuracy.compute(results, size):
+        if not row["run"].startswith("cdc"):
+            continue
+        s = row["_stats"].get("ddp")
+        if not s:
+            continue
+        out.append(
+            f"- **{row['model']} on {row['data']}, to {100 * table_to_accuracy.TARGET:.0f}% of "
+            f"ssgd's final accuracy** (Table 1b, {row['reached']} of {row['seeds']} seeds "
+            f"reached it): {row['run']} takes {_ratio(s)} DDP's time, "
+            f"{judged(s['mean'], s['lo'], s['hi'])}."
+        )
+    return out
+
+
+def ddp_baseline(results: Path, size: str) -> list[str]:
+    record = table_ddp.read(results, size)
+    if record is None:
+        return ["- DDP as users run it: not run in this build."]
+    _, v = table_ddp.compute(record)
+    return [
+        f"- **The DDP every ratio is against** (DDP as users run it): dcoded's DDP takes "
+        f"{_ratio(v['ratio'], 3)} a plain torchrun script's step; {v['said']}."
+    ]
+
+
+#: The parts in their order: (what it covers, the function that writes its lines).
+PARTS = (
+    ("Table 1", table_1),
+    ("Table 1b", table_1b),
+    ("the DDP baseline", ddp_baseline),
+)
+
+
+def section(results: Path, size: str) -> str:
+    out = [
+        "Where coding pays here, by how much against DDP, and where it does not: each ratio is "
+        "cdc's time over DDP's, paired by seed, mean [95% interval]; the sections below hold "
+        "every number and its conditions.",
+        "",
+    ]
+    for what, part in PARTS:
+        try:
+            out += part(results, size)
+        except MissingResults:
+            out.append(f"- {what}: not run in this build")
+    out.append(
+        "- Figures 5, 6, 8 and 9 (the links' rate, topologies, stragglers, K up to 16 and "
+        "racks) are not summarised here: their runs are one per configuration, without an "
+        "interval; their sections state what each shows."
+    )
+    return "\n".join(out)
