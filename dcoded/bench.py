@@ -38,7 +38,7 @@ import yaml
 from dcoded import files
 from dcoded.coding.helptext import help_text
 from dcoded.coding.shuffles import SHUFFLES
-from dcoded.results import PHASES, load_sweep
+from dcoded.results import PHASES, load_sweep, times
 from dcoded.topology import TOPOLOGIES, phase_bounds
 
 #: The experiment files of the bench, in the order it runs them (``conf/experiment/``).
@@ -180,7 +180,7 @@ def sweeps(args: argparse.Namespace, n_workers: int) -> list[list[str]]:
 def row(summary: dict) -> dict:
     """One bench row from a run's summary; on the emulated network, each exchange phase
     beside its bound on that topology and their ratio (``*_x``)."""
-    t, b = summary["time_s"], summary["bytes_per_worker"]
+    t, b = times(summary), summary["bytes_per_worker"]
 
     def ms(x):
         return None if x is None else round(1e3 * x, 2)

@@ -17,12 +17,14 @@ from dcoded.coding.shuffles import SCHEMES
 from dcoded.results import (
     PHASES,
     SEED,
+    dilation,
     is_run_folder,
     load_run,
     load_sweep,
     read_history,
     run_name,
     sweep_table,
+    times,
     varying,
 )
 from dcoded.topology import phase_bounds
@@ -96,7 +98,7 @@ def stacked(summary: Mapping) -> dict[str, float]:
     >>> stacked({"algorithm": "ddp", "time_s": {"map": 0.05, "shuffle": 0.02}})["map"]
     0.030000000000000002
     """
-    t = {p: summary["time_s"].get(p) or 0.0 for p in PHASES}
+    t = {p: times(summary).get(p) or 0.0 for p in PHASES}
     if summary.get("algorithm") == "ddp":
         t["map"] = max(0.0, t["map"] - t["shuffle"])
     return t
@@ -109,7 +111,7 @@ def unaccounted(summary: Mapping) -> float:
     >>> unaccounted({"time_s": {"step_median": 0.1, "map": 0.03, "shuffle": 0.02}})
     0.05
     """
-    return max(0.0, summary["time_s"]["step_median"] - sum(stacked(summary).values()))
+    return max(0.0, times(summary)["step_median"] - sum(stacked(summary).values()))
 
 
 def phases(summaries: Sequence[Mapping], ax, label=lambda s: str(s["redundancy"])):
@@ -130,7 +132,7 @@ def phases(summaries: Sequence[Mapping], ax, label=lambda s: str(s["redundancy"]
         hatch="//",
         edgecolor="0.5",
     )
-    steps = [1e3 * s["time_s"]["step_median"] for s in summaries]
+    steps = [1e3 * times(s)["step_median"] for s in summaries]
     ax.plot(range(len(summaries)), steps, "k_", markersize=20, label="step (median)")
     ax.set_xticks(range(len(summaries)), [label(s) for s in summaries])
     ax.set_ylabel("ms per step")
@@ -139,11 +141,13 @@ def phases(summaries: Sequence[Mapping], ax, label=lambda s: str(s["redundancy"]
 
 
 def accuracy_vs_time(runs: Mapping[str, str | Path], ax):
-    """Test accuracy against training wall time, one line per run directory."""
+    """Test accuracy against training wall time, one line per run directory (under the scale
+    model the emulated cluster's time: the wall time over the run's dilation factor)."""
     for name, run_dir in runs.items():
         rows = [r for r in read_history(run_dir) if r["test_accuracy"]]
+        tdf = dilation(load_run(run_dir)["summary"] or {})
         ax.plot(
-            [float(r["wall_s"]) for r in rows],
+            [float(r["wall_s"]) / tdf for r in rows],
             [float(r["test_accuracy"]) for r in rows],
             "o-",
             label=name,

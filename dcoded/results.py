@@ -93,6 +93,22 @@ def parse_overrides(lines: Sequence[str]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
+def times(summary: Mapping) -> Mapping:
+    """The run's times as the cluster it stands for sees them: under the scale model the wall
+    times divided by its TDF (``time_s_undilated``), else ``time_s``.
+
+    >>> times({"time_s": {"total": 10.0}, "time_s_undilated": {"total": 2.0}})
+    {'total': 2.0}
+    """
+    return summary.get("time_s_undilated") or summary["time_s"]
+
+
+def dilation(summary: Mapping) -> float:
+    """The run's time dilation factor: its history's times over the cluster's (1 outside the
+    scale model)."""
+    return float((summary.get("scale_model") or {}).get("tdf") or 1.0)
+
+
 def read_history(run_dir: str | Path) -> list[dict]:
     """A run's ``history.csv``, one dict per row (values as written: strings, ``""`` where
     a value does not apply)."""

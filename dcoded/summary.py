@@ -26,7 +26,7 @@ from dcoded.coding.stragglers import backup_bound
 from dcoded.engine.replica import param_sha256
 from dcoded.engine.spec import RunSpec
 from dcoded.provenance import code_version
-from dcoded.results import PHASES, run_name
+from dcoded.results import PHASES, run_name, times
 from dcoded.topology import link_report
 
 
@@ -389,12 +389,6 @@ def _bytes_lines(summary: dict) -> list[str]:
             else []
         ),
     ]
-
-
-def times(summary: Mapping) -> Mapping:
-    """The run's times as the cluster it stands for sees them: under the scale model the wall
-    times divided by its TDF (``time_s_undilated``), else ``time_s``."""
-    return summary.get("time_s_undilated") or summary["time_s"]
 
 
 def _scale_line(summary: Mapping) -> list[str]:

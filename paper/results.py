@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dcoded.results import load_sweep, read_history
+from dcoded.results import dilation, load_sweep, read_history
 from paper import cache, paths
 from paper.cache import COMPLETE
 
@@ -61,7 +61,7 @@ class Run:
     @property
     def tdf(self) -> float:
         """The run's time dilation factor (1 outside the scale model)."""
-        return float((self.summary.get("scale_model") or {}).get("tdf") or 1.0)
+        return dilation(self.summary)
 
     @property
     def faithful(self) -> bool:

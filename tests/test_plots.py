@@ -65,6 +65,24 @@ def test_the_phase_bars_reach_the_step_with_the_rest_named(ax):
     assert [b.get_height() for b in other] == pytest.approx([50.0, 0.0])
 
 
+def test_a_scale_model_runs_phases_and_accuracy_are_drawn_in_the_clusters_time(ax, tmp_path):
+    """Under the scale model ``time_s`` holds the wall times, TDF times the cluster's: the
+    phase bars and the accuracy axis are the cluster's (undilated) times, as the console's."""
+    cluster = _summary(0.100, map=0.03, shuffle=0.02)
+    dilated = {
+        **cluster,
+        "time_s": {k: 5 * v for k, v in cluster["time_s"].items()},
+        "time_s_undilated": cluster["time_s"],
+        "scale_model": {"tdf": 5.0},
+    }
+    assert plots.stacked(dilated) == plots.stacked(cluster)
+    assert plots.unaccounted(dilated) == pytest.approx(plots.unaccounted(cluster))
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "finished", **dilated}))
+    (tmp_path / "history.csv").write_text("step,wall_s,test_accuracy\n0,5.0,0.5\n1,10.0,0.7\n")
+    plots.accuracy_vs_time({"run": tmp_path}, ax)
+    assert list(ax.get_lines()[0].get_xdata()) == pytest.approx([1.0, 2.0])
+
+
 # -- python -m dcoded.plots: a run's and a sweep's figures, from the files the runs wrote ----
 
 
