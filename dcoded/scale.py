@@ -588,7 +588,7 @@ def judge(
     hosts = _hosts_used(samples, quota_cores)
     if judge_quota:
         problems += _quota_problems(hosts)
-    links = _links_used(samples, rates_mbit)
+    links = _links_used(samples, rates_mbit, model.tdf)
     problems += _link_problems(links)
     return {
         "ok": not problems,
@@ -718,22 +718,44 @@ def _hosts_used(samples: Sequence[Mapping], quota_cores: float) -> dict[str, dic
     return hosts
 
 
-def _links_used(samples: Sequence[Mapping], rates_mbit: Mapping[str, float]) -> dict[str, dict]:
+def _links_used(
+    samples: Sequence[Mapping], rates_mbit: Mapping[str, float], tdf: float = 1.0
+) -> dict[str, dict]:
     """Per shaped queue, the most it carried in an interval as a share of its rate, how many
-    intervals it stayed backlogged, and the least it carried while backlogged."""
+    intervals it stayed backlogged, and the least it carried while backlogged. A token bucket
+    may pass its burst (``topology.bucket_bytes`` of the undilated rate, kept in bytes under
+    ``tdf``) on top of its rate in any interval: ``busiest`` counts what it carried beyond that
+    burst, so a queue that kept its rate reads at most 1 however slow its dilated rate (at
+    1 Mbit/s the 16 kB burst alone is 0.13 s of traffic).
+
+    >>> s = [{"t": 0.0, "queues": {"q": {"bytes": 0, "backlog": 0}}},
+    ...      {"t": 1.0, "queues": {"q": {"bytes": 141_000, "backlog": 0}}}]
+    >>> round(_links_used(s, {"q": 1.0}, tdf=5.0)["q"]["busiest"], 3)  # 125 kB + 16 kB burst
+    1.0
+    """
+    from dcoded.topology import bucket_bytes
+
     links = {}
     for name, rate in rates_mbit.items():
+        burst = bucket_bytes(rate * tdf)
         busy, worst, most = 0, None, 0.0
         for a, b in itertools.pairwise(samples):
             qa, qb = (a.get("queues") or {}).get(name), (b.get("queues") or {}).get(name)
             if not qa or not qb or b["t"] <= a["t"]:
                 continue
-            got = (qb["bytes"] - qa["bytes"]) * 8 / 1e6 / (b["t"] - a["t"]) / rate
-            most = max(most, got)
+            sent, dt = qb["bytes"] - qa["bytes"], b["t"] - a["t"]
+            most = max(most, max(0, sent - burst) * 8 / 1e6 / dt / rate)
             if qa["backlog"] and qb["backlog"]:
                 busy += 1
+                got = sent * 8 / 1e6 / dt / rate
                 worst = got if worst is None else min(worst, got)
-        links[name] = {"rate_mbit": rate, "busiest": most, "backlogged_s": busy, "least": worst}
+        links[name] = {
+            "rate_mbit": rate,
+            "burst_bytes": burst,
+            "busiest": most,
+            "backlogged_s": busy,
+            "least": worst,
+        }
     return links
 
 

@@ -201,11 +201,26 @@ def test_fidelity_fails_on_a_host_above_its_quota_and_on_a_link_off_its_rate():
         for i in range(4)
     ]
     j = scale.judge(_samples([0.5] * 3, queues=queues), m, {"fast": 10.0, "slow": 10.0})
-    assert j["problems"] == ["link fast ran at 1.50 of its rate"]  # the shaper did not hold
+    # the shaper did not hold: 1.5 of its rate, less the 16 kB its bucket may pass at once
+    assert j["problems"] == ["link fast ran at 1.49 of its rate"]
+    assert j["links"]["fast"]["burst_bytes"] == 16_000
     # a queue backlogged at both ends of an interval: reported, not judged (it may have emptied
     # in between; a link starved of CPU shows as a machine without idle)
     assert j["links"]["slow"]["backlogged_s"] == 3 and j["links"]["slow"]["least"] == 0.5
     assert j["links"]["fast"]["least"] is None
+
+
+def test_a_slow_link_passing_its_bucket_on_top_of_its_rate_holds_and_one_beyond_it_fails():
+    # 1 Mbit/s a second at 5x dilation (5 Mbit/s emulated): a 16 kB bucket is 0.13 s of its
+    # traffic, which a tbf may pass at once after idling; more than that is the shaper's fault
+    m = scale.plan(1, 5, 2)
+    mb = 1e6 / 8
+    held = [{"q": {"bytes": int(i * (mb + 16_000)), "backlog": 0}} for i in range(4)]
+    j = scale.judge(_samples([0.5] * 3, queues=held), m, {"q": 1.0})
+    assert j["links"]["q"]["busiest"] == pytest.approx(1.0) and not j["problems"]
+    beyond = [{"q": {"bytes": int(i * (1.25 * mb + 16_000)), "backlog": 0}} for i in range(4)]
+    j = scale.judge(_samples([0.5] * 3, queues=beyond), m, {"q": 1.0})
+    assert j["problems"] == ["link q ran at 1.25 of its rate"]
 
 
 def test_a_host_slower_under_its_quota_is_judged_against_its_corrected_quota():
