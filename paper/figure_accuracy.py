@@ -1,15 +1,21 @@
-"""Figure 4: test accuracy against training wall time (and against steps), every algorithm,
-five seeds, on MNIST-sized data and on the bundled handwritten digits.
+"""Figure 4: test accuracy against steps and against the emulated cluster's time, every
+algorithm, five seeds, each model trained until its accuracy stops rising, on MNIST-sized data
+and on the bundled handwritten digits.
 
 Reads ``paper_accuracy`` and ``paper_accuracy_digits``. ssgd, ddp and cdc see the same samples
 at every step and compute the same update up to the order of float sums; asgd applies stale
-gradients. Each algorithm runs at its own learning rate, picked on a held-out split
-(:mod:`paper.tuning`). Wall time is the training loop's, evaluation paused out of it.
+gradients (K - 1 steps, its workers pushing in turn). What a step does to the model does not
+depend on the links or the hosts' speed, so these runs train on the local cluster; what a step
+costs on the emulated cluster is Table 1's scale-model runs of the same configuration
+(:data:`TIMED_BY`): the time axis is a run's steps times that step, seed by seed. Each
+algorithm runs at its own learning rate, picked on a held-out split (:mod:`paper.tuning`).
 
 "Same accuracy" is judged by a stated rule, never by one run: the final accuracy's difference
 to ssgd, paired by seed, has a 95% interval (Student's t over the seeds) that lies within
 ``±SAME`` (one point): ``same``; one that lies wholly outside it: ``differs``; else
-``undecided`` (the seeds cannot tell).
+``undecided`` (the seeds cannot tell). "Trained" too: the mean accuracy over the seeds stays
+within ``SAME`` of its final value from some evaluation on (its plateau), reached within the
+first ``1 - HELD`` of the budget.
 """
 
 from __future__ import annotations
@@ -26,8 +32,15 @@ from paper.results import Run, load, seeded
 
 #: The accuracy sweeps and what each trains on (the first: what stage 1 was given).
 EXPERIMENTS = ("paper_accuracy", "paper_accuracy_digits")
+#: The scale-model sweeps that time each accuracy sweep's steps: Table 1's, on the same data.
+TIMED_BY = {
+    "paper_accuracy": ("paper_time", "paper_time_ddp", "paper_phases"),
+    "paper_accuracy_digits": ("paper_time_digits", "paper_phases_digits"),
+}
 #: The margin of "same accuracy": one point of accuracy.
 SAME = 0.01
+#: "Trained": the plateau reached with at least this share of the budget still to run.
+HELD = 0.2
 ORDER = ("ssgd", "asgd", "ddp", "cdc")
 
 COLUMNS = [
@@ -37,6 +50,10 @@ COLUMNS = [
     "seeds",
     "lr",
     "momentum",
+    "steps",
+    "plateau_step",
+    "trained",
+    "step_ms",
     "total_s",
     "test_accuracy",
     "accuracy_std",
@@ -49,8 +66,8 @@ COLUMNS = [
 
 #: Its section of the report: the title, the sweeps it reads (the section says "not run" where
 #: one has not) and the figures it shows.
-TITLE = "Result 4 (Figure 4): accuracy against wall time, five seeds"
-READS = EXPERIMENTS
+TITLE = "Result 4 (Figure 4): accuracy of trained models, against steps and time, five seeds"
+READS = EXPERIMENTS + tuple(e for timed in TIMED_BY.values() for e in timed)
 FIGURES = ("fig4_accuracy.png",)
 
 
@@ -72,6 +89,88 @@ def groups(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[int
         mine.clear()
         mine.update(mine_sorted)
     return out
+
+
+def algorithm_of(label: str) -> str:
+    """The update a run's label computes: ``cdc r=3`` and ``cdc r=2`` the same, every DDP's
+    bucket size the same."""
+    return label.split()[0]
+
+
+def steps_of(run: Run) -> int:
+    return int(run.summary.get("steps_done") or run["steps"])
+
+
+def timing(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[int, float]]]:
+    """``{(data, model): {label: {seed: seconds a step}}}``: each configuration's step on the
+    emulated cluster, from the sweeps that time the accuracy sweeps' data (:data:`TIMED_BY`;
+    under the scale model, undilated, their unfaithful runs left out), its training time
+    over its steps. The data named as :func:`groups` names them."""
+    out: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    for e in EXPERIMENTS:
+        runs = load(results, size, e)
+        if not runs:
+            continue
+        data = data_name(runs[0])
+        timed = [r for t in TIMED_BY[e] for r in load(results, size, t)]
+        for (model, lab), by_seed in seeded(timed).items():
+            out.setdefault((data, model), {})[lab] = {
+                s: r["time_s"]["total"] / steps_of(r) for s, r in by_seed.items()
+            }
+    return out
+
+
+def timed_staleness(results: Path, size: str) -> dict[tuple[str, str], float]:
+    """``{(data, model): asgd's mean staleness in the runs that time its steps}``: beside the
+    accuracy runs' own, it shows whether the local cluster's asgd stands for the timed one."""
+    out = {}
+    for e in EXPERIMENTS:
+        runs = load(results, size, e)
+        if not runs:
+            continue
+        timed = [r for t in TIMED_BY[e] for r in load(results, size, t)]
+        for model in dict.fromkeys(r["model"] for r in timed):
+            stale = [
+                r.summary["staleness_mean"]
+                for r in timed
+                if r["model"] == model and r.summary.get("staleness_mean") is not None
+            ]
+            if stale:
+                out[(data_name(runs[0]), model)] = statistics.mean(stale)
+    return out
+
+
+def step_for(label: str, timed: dict[str, dict[int, float]]) -> dict[int, float] | None:
+    """The step times of the timed configuration an accuracy run's label stands for: the same
+    label, else the first of the same update (``ddp`` timed only with set buckets)."""
+    if label in timed:
+        return timed[label]
+    return next((t for lab, t in timed.items() if algorithm_of(lab) == algorithm_of(label)), None)
+
+
+def plateau(step: np.ndarray, accuracy: np.ndarray) -> int | None:
+    """The first evaluated step from which the accuracy stays within :data:`SAME` of its last
+    value (the curve's plateau); ``None`` for no evaluation.
+
+    >>> plateau(np.array([10, 20, 30, 40]), np.array([0.5, 0.795, 0.81, 0.80]))
+    20
+    >>> plateau(np.array([10, 20, 30, 40]), np.array([0.5, 0.6, 0.7, 0.8]))
+    40
+    """
+    if not len(step):
+        return None
+    away = np.abs(accuracy - accuracy[-1]) > SAME
+    last_away = np.flatnonzero(away)
+    return int(step[last_away[-1] + 1]) if len(last_away) else int(step[0])
+
+
+def trained(plateau_step: int | None, steps: int) -> bool:
+    """Whether the curve reached its plateau with :data:`HELD` of its budget still to run.
+
+    >>> trained(230, 300), trained(290, 300), trained(None, 300)
+    (True, False, False)
+    """
+    return plateau_step is not None and plateau_step <= (1 - HELD) * steps
 
 
 def judge(lo: float | None, hi: float | None) -> str:
@@ -97,9 +196,15 @@ def compute(results: Path, size: str) -> list[dict]:
     """One row per (data, model, algorithm): the final accuracy over seeds (mean, standard
     deviation), its difference to ssgd paired by seed (mean, 95% interval) and the verdict."""
     rows = []
+    timings = timing(results, size)
     for (data, model), mine in groups(results, size).items():
         ssgd = mine.get("ssgd")
+        timed = timings.get((data, model), {})
         for lab, by_seed in mine.items():
+            c = curves(by_seed, step_for(lab, timed))
+            top = plateau(c["step"], c["accuracy"])
+            steps = min(steps_of(r) for r in by_seed.values())
+            step_s = step_for(lab, timed)
             acc = interval(list(final(by_seed).values()))
             diff = paired(final(by_seed), final(ssgd)) if ssgd and lab != "ssgd" else None
             first = next(iter(by_seed.values()))
@@ -114,7 +219,11 @@ def compute(results: Path, size: str) -> list[dict]:
                     "seeds": len(by_seed),
                     "lr": lr,
                     "momentum": momentum,
-                    "total_s": statistics.median(r["time_s"]["total"] for r in by_seed.values()),
+                    "steps": steps,
+                    "plateau_step": top,
+                    "trained": trained(top, steps),
+                    "step_ms": 1e3 * statistics.mean(step_s.values()) if step_s else None,
+                    "total_s": c["time_s"][-1] if step_s and len(c["time_s"]) else None,
                     "test_accuracy": acc["mean"],
                     "accuracy_std": acc["std"],
                     "minus_ssgd": diff["mean"] if diff else None,
@@ -132,24 +241,25 @@ def compute(results: Path, size: str) -> list[dict]:
     return rows
 
 
-def curves(by_seed: dict[int, Run]) -> dict[str, np.ndarray]:
-    """Over the seeds, at each evaluated step: the step, the mean wall time, the mean test
-    accuracy and its standard deviation (the steps every seed evaluated)."""
+def curves(by_seed: dict[int, Run], step_s: dict[int, float] | None = None) -> dict:
+    """Over the seeds, at each evaluated step: the step, the mean accuracy and its standard
+    deviation (the steps every seed evaluated), and the emulated cluster's time to it: the
+    step times the configuration's mean step there (``step_s``, by seed; ``None``: no time)."""
     per_seed = []
     for r in by_seed.values():
         per_seed.append(
             {
-                int(h["step"]) + 1: (float(h["wall_s"]), float(h["test_accuracy"]))
+                int(h["step"]) + 1: float(h["test_accuracy"])
                 for h in r.history()
                 if h["test_accuracy"]
             }
         )
     steps = sorted(set.intersection(*(set(p) for p in per_seed)))
-    wall = np.array([[p[s][0] for s in steps] for p in per_seed])
-    acc = np.array([[p[s][1] for s in steps] for p in per_seed])
+    acc = np.array([[p[s] for s in steps] for p in per_seed])
+    step = np.array(steps)
     return {
-        "step": np.array(steps),
-        "wall_s": wall.mean(axis=0),
+        "step": step,
+        "time_s": step * statistics.mean(step_s.values()) if step_s else np.array([]),
         "accuracy": acc.mean(axis=0),
         "std": acc.std(axis=0, ddof=1) if len(per_seed) > 1 else np.zeros(len(steps)),
     }
@@ -158,27 +268,36 @@ def curves(by_seed: dict[int, Run]) -> dict[str, np.ndarray]:
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     plt = output.pyplot()
     grouped = groups(results, size)
+    timings = timing(results, size)
     fig, axes = plt.subplots(
-        len(grouped), 2, figsize=(12, 3.6 * len(grouped)), squeeze=False, layout="constrained"
+        len(grouped), 2, figsize=(10, 3.4 * len(grouped)), squeeze=False, layout="constrained"
     )
-    for (by_time, by_step), ((data, model), mine) in zip(axes, grouped.items(), strict=True):
+    for (by_step, by_time), ((data, model), mine) in zip(axes, grouped.items(), strict=True):
         for lab, by_seed in mine.items():
-            c = curves(by_seed)
-            name = lab
-            for ax, x in ((by_time, c["wall_s"]), (by_step, c["step"])):
-                (line,) = ax.plot(x, c["accuracy"], "o-", ms=2, label=name)
+            c = curves(by_seed, step_for(lab, timings.get((data, model), {})))
+            for ax, x in ((by_step, c["step"]), (by_time, c["time_s"])):
+                if not len(x):
+                    continue
+                (line,) = ax.plot(x, c["accuracy"], "o-", ms=2, label=lab)
                 ax.fill_between(
                     x, c["accuracy"] - c["std"], c["accuracy"] + c["std"], alpha=0.2,
                     color=line.get_color(),
                 )  # fmt: skip
-        by_time.set_xlabel("training wall time (s), mean over seeds")
-        by_step.set_xlabel("steps (same samples for every algorithm)")
-        for ax, how in ((by_time, "against time"), (by_step, "against steps")):
+            top = plateau(c["step"], c["accuracy"])
+            if top is not None and lab == "ssgd":
+                by_step.axvline(top, color="grey", lw=0.8, ls=":")
+        by_step.set_xlabel("steps (the same samples for every algorithm)")
+        by_time.set_xlabel("seconds on the emulated cluster (steps × Table 1's step)")
+        n = len(next(iter(mine.values())))
+        by_step.set_title(f"{model} on {data}: {n} seeds, mean ± std", fontsize="medium")
+        by_time.set_title(f"{model} on {data}, against time", fontsize="medium")
+        for ax in (by_step, by_time):
             ax.set_ylabel("test accuracy")
-            n = len(next(iter(mine.values())))
-            ax.set_title(f"{model} on {data}, {how}: mean ± std of {n} seeds", fontsize="medium")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncol=4, fontsize="small")
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize="small")
+        by_step.legend(fontsize="small", loc="lower right")
+    fig.text(0.01, 0.0, "dotted: ssgd's plateau (within one point of its final accuracy)",
+             fontsize="small")  # fmt: skip
     output.save_figure(fig, paths.figures(out) / "fig4_accuracy.png")
     output.write_table(
         compute(results, size),
@@ -187,7 +306,10 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         "Figure 4: final test accuracy over seeds (mean, standard deviation), its difference to "
         "ssgd paired by seed (mean [95% interval]) and the verdict of the same-accuracy rule "
         f"(the interval within ±{SAME:g}: same; wholly outside: differs; else undecided); each "
-        "algorithm at its tuned rate; training time (s) the median over seeds.",
+        "algorithm at its tuned rate; plateau_step: the first evaluation from which the mean "
+        f"accuracy stays within {SAME:g} of its final value (trained: reached with "
+        f"{100 * HELD:.0f}% of the steps still to run); step_ms: the configuration's step on the "
+        "emulated cluster (Table 1's runs, mean over their seeds), total_s: all the steps at it.",
     )
 
 
@@ -213,9 +335,45 @@ def accuracy_sentence(row: dict, ssgd: dict) -> str:
     )
 
 
+def trained_sentence(rows: list[dict]) -> str:
+    """Where each algorithm's mean accuracy stopped rising, from its rows of the table."""
+    parts = []
+    for r in rows:
+        if r["trained"]:
+            parts.append(
+                f"{r['run']} within one point of its final {r['test_accuracy']:.3f} from step "
+                f"{r['plateau_step']} of {r['steps']}"
+            )
+        else:
+            parts.append(
+                f"{r['run']} **still rising** at the end of its {r['steps']} steps (within one "
+                f"point of {r['test_accuracy']:.3f} only from step {r['plateau_step']}): not "
+                "judged trained"
+            )
+    return "; ".join(parts)
+
+
 def section(results: Path, size: str) -> str:
     rows = compute(results, size)
     out = [output.markdown(rows, COLUMNS)]
+    out.append(
+        "Each model trains until its accuracy stops rising, on the local cluster: what a step "
+        "does to the model does not depend on the links or the hosts' speed. The time axis is "
+        "the emulated cluster's: a run's steps times its configuration's step in Table 1's "
+        "scale-model runs (cdc at r = 2, the r these runs train at; Table 1b sets every r "
+        "beside it).\n"
+    )
+    stale = timed_staleness(results, size)
+    for where in dict.fromkeys((r["data"], r["model"]) for r in rows):
+        mine = [r for r in rows if (r["data"], r["model"]) == where]
+        out.append(f"- {where[1]} on {where[0]}: " + trained_sentence(mine) + ".")
+        asgd = next((r for r in mine if r["run"] == "asgd"), None)
+        if asgd and asgd["staleness_mean"] is not None and where in stale:
+            out.append(
+                f"  asgd's gradients were {asgd['staleness_mean']:.2f} updates stale on average "
+                f"here, {stale[where]:.2f} in the timed runs on the emulated cluster."
+            )
+    out.append("")
     out.append(
         "The same-accuracy rule: the difference of the final test accuracy to ssgd's, paired "
         "by seed, has a 95% interval (Student's t over the seeds) within ±"

@@ -91,12 +91,9 @@ def ci(lo: float | None, hi: float | None, digits: int = 1) -> str | None:
     return None if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def runs(results: Path, size: str) -> list[Run]:
-    return (
-        load(results, size, "paper_time")
-        + load(results, size, "paper_time_ddp")
-        + load(results, size, "paper_phases")
-    )
+def runs(results: Path, size: str, experiments: tuple[str, ...] = READS) -> list[Run]:
+    """The runs of Table 1's sweeps (``experiments``: the same table on other data)."""
+    return [r for e in experiments for r in load(results, size, e)]
 
 
 def total(by_seed: dict[int, Run]) -> float:
@@ -127,11 +124,12 @@ def compare(new: dict[int, Run], old: dict[int, Run], how: str = "pct") -> dict:
     return versus(totals(new), totals(old), how)
 
 
-def compute(results: Path, size: str) -> list[dict]:
+def compute(results: Path, size: str, experiments: tuple[str, ...] = READS) -> list[dict]:
     """One row per model: every baseline's time, cdc's at the fastest r with coding in play
     (``None`` where no run has ``1 < r < K``), cdc's at r = 1 and r = K, the reductions with
-    their intervals over seeds; ``_stats`` keeps each comparison whole for the report."""
-    groups = seeded(runs(results, size))
+    their intervals over seeds; ``_stats`` keeps each comparison whole for the report.
+    ``experiments``: the sweeps to read (Table 1's by default)."""
+    groups = seeded(runs(results, size, experiments))
     rows = []
     for model in [m for m in ("dnn", "cnn") if any(k[0] == m for k in groups)]:
         mine = {lab: g for (m, lab), g in groups.items() if m == model}
