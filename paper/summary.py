@@ -42,6 +42,26 @@ def _ratio(s: dict | None, digits: int = 2) -> str:
     return f"{s['mean']:.{digits}f}×" + (f" {band}" if band else "")
 
 
+def whose_saving(ends: list, best: dict) -> str:
+    """What the uncoded ends (:func:`~paper.verdicts.not_coding`) say of cdc's ratio to DDP:
+    a saving they beat beyond noise is not coding's.
+
+    >>> print(whose_saving([("r = 1", "", False), ("r = K", "", False)], {"hi": 1.2}))
+    ; r = 1 and r = K, where nothing is coded, are faster beyond noise
+    >>> print(whose_saving([("r = 1", "", False)], {"hi": 0.8}))
+    ; r = 1, where nothing is coded, is faster beyond noise: **the saving is not coding's**
+    >>> whose_saving([], {"hi": 0.8})
+    "; no uncoded r is faster beyond noise: **coding's saving**"
+    """
+    faster = [name for name, *_ in ends]
+    saves = best.get("hi") is not None and best["hi"] < 1
+    if faster:
+        verb = "are" if len(faster) > 1 else "is"
+        said = f"; {' and '.join(faster)}, where nothing is coded, {verb} faster beyond noise"
+        return said + (": **the saving is not coding's**" if saves else "")
+    return "; no uncoded r is faster beyond noise: **coding's saving**" if saves else ""
+
+
 def table_1(results: Path, size: str) -> list[str]:
     """Per model: cdc at its best coded r, and the uncoded ends r = 1 and r = K, against DDP,
     paired by seed."""
@@ -62,14 +82,7 @@ def table_1(results: Path, size: str) -> list[str]:
 
         best = row["_stats"]["coded_over_ddp"]
         ends = {"r = 1": against("cdc r=1"), f"r = K = {K}": against(f"cdc r={K}")}
-        faster = [name for name, *_ in not_coding(row)]
-        whose = ""
-        if faster:
-            whose = f"; {' and '.join(faster)}, where nothing is coded, is faster beyond noise"
-            if best["hi"] is not None and best["hi"] < 1:
-                whose += ": **the saving is not coding's**"
-        elif best["hi"] is not None and best["hi"] < 1:
-            whose = "; no uncoded r is faster beyond noise: **coding's saving**"
+        whose = whose_saving(not_coding(row), best)
         out.append(
             f"- **{model}, K = {K}, {where}, {scaled}** (Table 1, {row['seeds']} seeds): cdc at "
             f"its best coded r = {row['coded_best_r']} takes {_ratio(best)} DDP's time, "
@@ -84,6 +97,7 @@ def table_1b(results: Path, size: str) -> list[str]:
     """Per data set and model: cdc's time to the target accuracy against DDP's."""
     out = []
     rows = table_to_accuracy.compute(results, size)
+    ends_of = table_to_accuracy.uncoded_ends(results, size)
     for row in rows:
         s = row["_stats"].get("ddp")
         if not row["coded_best"] or not s:
@@ -99,6 +113,7 @@ def table_1b(results: Path, size: str) -> list[str]:
             f"ssgd's final accuracy** (Table 1b, {row['reached']} of {row['seeds']} seeds "
             f"reached it): cdc at its best coded {row['run'].removeprefix('cdc ')} takes "
             f"{_ratio(s)} DDP's time, {judged(s['mean'], s['lo'], s['hi'])}"
+            + whose_saving(ends_of.get((row["data"], row["model"]), []), s)
             + (
                 ". Without coding: " + ", ".join(f"{n} {_ratio(e)}" for n, e in ends.items())
                 if ends

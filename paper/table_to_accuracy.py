@@ -214,7 +214,8 @@ def cdc_sentence(row: dict, mine: list[dict], faster: list) -> str:
         said = by_coding(
             verdict(s["mean"], paper, s["lo"], s["hi"]) if paper else "",
             faster,
-            f", **but not by coding** (Table 1 on these data: {names} is faster than any coded r)",
+            f", **but not by coding** (Table 1 on these data: {names} "
+            f"{'are' if len(faster or []) > 1 else 'is'} faster than any coded r)",
         )
         here = f"{s['mean']:.1f}%" if s["mean"] >= 0 else f"{-s['mean']:.1f}% *more*"
         parts.append(
@@ -224,7 +225,7 @@ def cdc_sentence(row: dict, mine: list[dict], faster: list) -> str:
     ddp = row["_stats"].get("ddp")
     if ddp:
         band = f" [{ddp['lo']:.2f}, {ddp['hi']:.2f}]" if ddp["lo"] is not None else ""
-        parts.append(f"{ddp['mean']:.2f}×{band} {row['ddp_run']}'s time to it")
+        parts.append(f"{ddp['mean']:.2f}×{band} the fastest DDP's time ({row['ddp_run']})")
     ends = []
     for r, name in ((1, "r = 1"), (row["K"], f"r = K = {row['K']}")):
         end = _end(mine, r)
