@@ -291,7 +291,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
                 )  # fmt: skip
             top, _ = plateau(c["step"], c["accuracy"])
             if top is not None and lab == "ssgd":
-                by_step.axvline(top, color="grey", lw=0.8, ls=":")
+                by_step.axvline(top, color="grey", lw=0.8, ls=":", label="ssgd's plateau")
         by_step.set_xlabel("steps (the same samples for every algorithm)")
         by_time.set_xlabel("seconds on the emulated cluster (steps × Table 1's step)")
         n = len(next(iter(mine.values())))
@@ -302,8 +302,6 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize="small")
         by_step.legend(fontsize="small", loc="lower right")
-    fig.text(0.01, 0.0, "dotted: ssgd's plateau (within one point of its final accuracy)",
-             fontsize="small")  # fmt: skip
     output.save_figure(fig, paths.figures(out) / "fig4_accuracy.png")
     output.write_table(
         compute(results, size),

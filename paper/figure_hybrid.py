@@ -58,7 +58,7 @@ def compute(results: Path | None = None, size: str | None = None) -> list[dict]:
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     rows = compute()
     plt = output.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     r = [x["r"] for x in rows]
     for s, marker in zip(SCHEMES, "o^s", strict=True):
         axes[0].plot(r, [float(x[f"{s}_sent"]) for x in rows], marker=marker, label=f"{s}, sent")
@@ -70,12 +70,15 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
             label=f"{s}, received",
         )
         axes[1].plot(r, [float(x[f"{s}_bus"]) for x in rows], marker=marker, label=s)
-    axes[0].set_title(f"K={K}: per worker (busiest), units of d/{K}")
-    axes[1].set_title(f"K={K}: on one shared medium (all workers), units of d/{K}")
+    axes[0].set_title(f"K={K}: per worker (the busiest)")
+    axes[1].set_title(f"K={K}: on one shared medium (all workers)")
     for ax in axes:
         ax.set_xlabel("redundancy r")
         ax.set_xticks(r)
-        ax.set_yscale("symlog", linthresh=1)
+        ax.set_yscale("symlog", linthresh=1)  # r = K sends nothing: 0 on the axis
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel(f"units of d/{K} (0, then log above 1)")
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     output.save_figure(fig, paths.figures(out) / "fig7_hybrid.png")
     output.write_table(

@@ -111,8 +111,9 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     )
     left.plot(*per_d(coded, "unicast"), "kx", ms=9, label="measured: coded, unicast")
     left.plot(*per_d(uncoded, "unicast"), "k+", ms=11, label="measured: uncoded, unicast")
-    left.set_title(f"gradient exchange per worker, K={K}: closed forms (lines), measured (marks)")
-    left.legend(fontsize="x-small")
+    left.set_title(f"gradient exchange per worker, K={K}\nclosed forms (lines), measured (marks)")
+    # in two columns between the ring's line and the server's, where nothing else is drawn
+    left.legend(fontsize="x-small", ncol=2, loc="upper center", bbox_to_anchor=(0.5, 0.93))
     table = load_table(K)
     r = [t["r"] for t in table]
     right.plot(
