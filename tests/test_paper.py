@@ -506,10 +506,13 @@ def test_every_figure_drawn_is_embedded_once():
     """Against what the scripts drew (the figures committed with the report), not against
     the list of sections itself."""
     drawn = sorted(p.name for p in paths.figures(paths.OUTPUT).glob("*.png"))
-    embedded = sorted(f for section in SECTIONS for f in section.FIGURES)
-    assert embedded == drawn
     text = paths.report(paths.OUTPUT).read_text()
     assert [text.count(f"](figures/{f})") for f in drawn] == [1] * len(drawn)
+    for section in SECTIONS:  # a figure not drawn: its section says it did not run
+        body = text.split(f"## {section.TITLE}\n")[1].split("\n## ")[0]
+        for f in section.FIGURES:
+            assert f in drawn or body.lstrip().startswith("not run"), (section.TITLE, f)
+    assert set(drawn) <= {f for section in SECTIONS for f in section.FIGURES}
 
 
 def test_one_list_of_sections_reads_every_sweep_stage_1_runs():
