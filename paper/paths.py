@@ -52,7 +52,7 @@ BEYOND = {
 }
 
 #: Experiments that train on data of their own: ``--mnist`` does not replace it.
-OWN_DATA = {"paper_accuracy_digits"}
+OWN_DATA = {"paper_accuracy_digits", "paper_time_digits", "paper_phases_digits"}
 
 #: Experiments that need the emulated network to mean anything: Figure 5 sweeps the links'
 #: rate, and every study beyond the paper needs links to share (the stragglers' a link the

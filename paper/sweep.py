@@ -19,8 +19,8 @@ warning with ``--reuse-stale``. A sweep that did not finish is moved aside to
 nothing and says, per experiment, fresh, stale (why), missing or incomplete.
 
 Data: MNIST from the IDX files in ``--mnist DIR`` when given (checked before anything runs),
-MNIST-sized synthetic data otherwise (``paper_accuracy_digits`` keeps its digits, and takes no
-``dataset.*`` override given for every experiment). The accuracy
+MNIST-sized synthetic data otherwise (the digits' sweeps, ``paths.OWN_DATA``, keep their
+digits and take no ``dataset.*`` override given for every experiment). The accuracy
 sweeps run at each algorithm's learning rate picked by the tuning sweeps (:mod:`paper.tuning`),
 which run before them. Cluster: the emulated network when this machine can build
 it (root and iproute2), else ``cluster=local`` with a note, and the experiments that sweep the

@@ -1100,8 +1100,9 @@ def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digit
     tmp_path, monkeypatch, composed_once
 ):
     """``make paper MNIST=DIR`` with IDX files written here: every sweep composes with them
-    (and one job builds its run from them), except paper_accuracy_digits, which keeps the
-    bundled digits; the accuracy sweeps get the tuning sweeps' picks."""
+    (and one job builds its run from them), except the digits' sweeps (their accuracy and
+    their timing), which keep the bundled digits; the accuracy sweeps get the tuning sweeps'
+    picks."""
     from tests.test_data import make_idx_folder
 
     mnist = tmp_path / "mnist"
@@ -1115,14 +1116,15 @@ def test_make_paper_with_mnist_trains_every_sweep_on_the_idx_files_but_the_digit
     _fake_sweep(tmp_path, "paper_tuning", grid)
     _fake_sweep(tmp_path, "paper_tuning_asgd", [])
     calls = _fake_runs(monkeypatch)
-    only = ["paper_time", "paper_accuracy", "paper_accuracy_digits"]
+    only = ["paper_time", "paper_accuracy", "paper_accuracy_digits", "paper_phases_digits"]
     args = ["--cluster", "local", "--mnist", str(mnist), "--results", str(tmp_path)]
     assert sweep.main([*args, "--only", *only]) == 0
-    time_o, accuracy_o, digits_o = calls
+    time_o, accuracy_o, digits_o, digits_timing_o = calls
     assert "dataset=mnist" in time_o and f"dataset.path={mnist.resolve()}" in accuracy_o
-    assert not any(o.startswith("dataset") for o in digits_o)
+    assert not any(o.startswith("dataset") for o in digits_o + digits_timing_o)
     assert "tuned.dnn.cdc.lr=0.1" in accuracy_o and "tuned.cnn.asgd.lr=0.1" in digits_o
-    for experiment, overrides, data in zip(only, calls, ("mnist", "mnist", "digits"), strict=True):
+    datasets = ("mnist", "mnist", "digits", "digits")
+    for experiment, overrides, data in zip(only, calls, datasets, strict=True):
         jobs = cache.sweep_jobs(experiment, overrides)
         assert {cfg["dataset"]["name"] for _, cfg in jobs} == {data}, experiment
     cfg = compose_config(["experiment=paper_time", "cluster=local", *time_o[2:4]])
