@@ -144,7 +144,10 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
         if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
             straggle.remove_stale(f"dcoded-{spec.run_id}-")
         if failed and reuse:  # the next run gets a new cluster, not what this one left
-            close_kept_cluster()
+            # its teardown (a comm closed under a pending task) logs as the run did: into the
+            # run's dcoded.log, not through Dask's own handler onto the console
+            with dask_logs_into(ctx.run_dir):
+                close_kept_cluster()
     with contextlib.closing(logger):  # however the end goes
         try:
             rows = ctx.log.rows(ctx.start_step)

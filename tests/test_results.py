@@ -285,3 +285,32 @@ def test_a_job_value_from_its_own_hydra_config_does_not_refuse_the_sweep(tmp_pat
     assert result.returncode == 0, result.stderr[-3000:]
     where = [json.loads(p.read_text())["config"]["where"] for p in tmp_path.glob("*/summary.json")]
     assert sorted(where) == sorted(str(p.parent) for p in tmp_path.glob("*/summary.json"))
+
+
+def test_a_failed_runs_cluster_teardown_logs_into_its_folder_not_the_console(
+    tmp_path, monkeypatch, capfd
+):
+    """A multirun's failed job closes the cluster it kept; what Dask logs while it goes (a comm
+    closed under a pending task, seen with a traceback in CI) belongs in the job's dcoded.log
+    with the rest of its Dask logs, not on the console the sweep prints its one line to."""
+    import logging
+
+    from dcoded import run as run_module
+    from dcoded.errors import DcodedError
+    from tests.conftest import tiny_config
+
+    closed = []
+
+    def noisy_close():
+        logging.getLogger("distributed.batched").error("Error in batched write (teardown)")
+        closed.append(True)
+        real_close()
+
+    real_close = run_module.close_kept_cluster
+    monkeypatch.setattr(run_module, "close_kept_cluster", noisy_close)
+    cfg = tiny_config("train.step_timeout_s=0.000001")
+    with pytest.raises(DcodedError):
+        run_module.run(cfg, out_dir=tmp_path, reuse_cluster=True)
+    assert closed
+    assert "Error in batched write" not in capfd.readouterr().err
+    assert "Error in batched write (teardown)" in (tmp_path / "dcoded.log").read_text()
