@@ -139,15 +139,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
         raise
     finally:
         ctx, spec = training.ctx, training.ctx.spec  # the newest attempt's
-        if bar is not None:
-            bar.close()
-        if spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
-            straggle.remove_stale(f"dcoded-{spec.run_id}-")
-        if failed and reuse:  # the next run gets a new cluster, not what this one left
-            # its teardown (a comm closed under a pending task) logs as the run did: into the
-            # run's dcoded.log, not through Dask's own handler onto the console
-            with dask_logs_into(ctx.run_dir):
-                close_kept_cluster()
+        _let_go(ctx, bar, failed and reuse)
     with contextlib.closing(logger):  # however the end goes
         try:
             rows = ctx.log.rows(ctx.start_step)
@@ -160,6 +152,21 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
             write_outputs(run_dir, summary, theta)
         logger.finish(summary)
     return summary
+
+
+def _let_go(ctx: Context, bar: Progress | None, close_cluster: bool) -> None:
+    """However a run ended: its progress bar closed, the cgroups a dead slow worker left
+    removed, and with ``close_cluster`` (a failed run on a kept cluster: the next run gets a
+    new one, not what this one left) the kept cluster closed; its teardown (a comm closed under
+    a pending task) logs as the run did, into the run's dcoded.log, not through Dask's own
+    handler onto the console."""
+    if bar is not None:
+        bar.close()
+    if ctx.spec.straggle.get("model") == "slow":  # a worker that died left its cgroup here
+        straggle.remove_stale(f"dcoded-{ctx.spec.run_id}-")
+    if close_cluster:
+        with dask_logs_into(ctx.run_dir):
+            close_kept_cluster()
 
 
 @dataclasses.dataclass
