@@ -47,6 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dcoded.topology import bucket_bytes
+
 #: The fraction of the machine's cores the hosts' quotas may add up to. The rest stays idle for
 #: the kernel: on the emulated network every byte is copied by the kernel in softirq context
 #: (veth, bridge, tbf), which no quota charges to a host; on this 2-core kind of machine a
@@ -733,8 +735,6 @@ def _links_used(
     >>> round(_links_used(s, {"q": 1.0}, tdf=5.0)["q"]["busiest"], 3)  # 125 kB + 16 kB burst
     1.0
     """
-    from dcoded.topology import bucket_bytes
-
     links = {}
     for name, rate in rates_mbit.items():
         burst = bucket_bytes(rate * tdf)
