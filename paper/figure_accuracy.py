@@ -102,18 +102,32 @@ def steps_of(run: Run) -> int:
     return int(run.summary.get("steps_done") or run["steps"])
 
 
+def timed_sweeps(results: Path, size: str) -> dict[str, tuple[str, ...]]:
+    """``{data: the sweeps that time its steps}`` (:data:`TIMED_BY`) for each accuracy sweep
+    that ran, its data named as :func:`groups` names them."""
+    out = {}
+    for e in EXPERIMENTS:
+        runs = load(results, size, e)
+        if runs:
+            out[data_name(runs[0])] = TIMED_BY[e]
+    return out
+
+
+def _timed_runs(results: Path, size: str) -> dict[str, list[Run]]:
+    """``{data: the runs of the sweeps that time its steps}``."""
+    return {
+        data: [r for t in sweeps for r in load(results, size, t)]
+        for data, sweeps in timed_sweeps(results, size).items()
+    }
+
+
 def timing(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[int, float]]]:
     """``{(data, model): {label: {seed: seconds a step}}}``: each configuration's step on the
     emulated cluster, from the sweeps that time the accuracy sweeps' data (:data:`TIMED_BY`;
     under the scale model, undilated, their unfaithful runs left out), its training time
-    over its steps. The data named as :func:`groups` names them."""
+    over its steps."""
     out: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
-    for e in EXPERIMENTS:
-        runs = load(results, size, e)
-        if not runs:
-            continue
-        data = data_name(runs[0])
-        timed = [r for t in TIMED_BY[e] for r in load(results, size, t)]
+    for data, timed in _timed_runs(results, size).items():
         for (model, lab), by_seed in seeded(timed).items():
             out.setdefault((data, model), {})[lab] = {
                 s: r["time_s"]["total"] / steps_of(r) for s, r in by_seed.items()
@@ -125,11 +139,7 @@ def timed_staleness(results: Path, size: str) -> dict[tuple[str, str], float]:
     """``{(data, model): asgd's mean staleness in the runs that time its steps}``: beside the
     accuracy runs' own, it shows whether the local cluster's asgd stands for the timed one."""
     out = {}
-    for e in EXPERIMENTS:
-        runs = load(results, size, e)
-        if not runs:
-            continue
-        timed = [r for t in TIMED_BY[e] for r in load(results, size, t)]
+    for data, timed in _timed_runs(results, size).items():
         for model in dict.fromkeys(r["model"] for r in timed):
             stale = [
                 r.summary["staleness_mean"]
@@ -137,7 +147,7 @@ def timed_staleness(results: Path, size: str) -> dict[tuple[str, str], float]:
                 if r["model"] == model and r.summary.get("staleness_mean") is not None
             ]
             if stale:
-                out[(data_name(runs[0]), model)] = statistics.mean(stale)
+                out[(data, model)] = statistics.mean(stale)
     return out
 
 
@@ -206,10 +216,10 @@ def compute(results: Path, size: str) -> list[dict]:
         ssgd = mine.get("ssgd")
         timed = timings.get((data, model), {})
         for lab, by_seed in mine.items():
-            c = curves(by_seed, step_for(lab, timed))
+            step_s = step_for(lab, timed)
+            c = curves(by_seed, step_s)
             top, level = plateau(c["step"], c["accuracy"])
             steps = min(steps_of(r) for r in by_seed.values())
-            step_s = step_for(lab, timed)
             acc = interval(list(final(by_seed).values()))
             diff = paired(final(by_seed), final(ssgd)) if ssgd and lab != "ssgd" else None
             first = next(iter(by_seed.values()))

@@ -106,7 +106,7 @@ def table_1b(results: Path, size: str) -> list[str]:
         ends = {
             name: end["_stats"].get("ddp")
             for r, name in ((1, "r = 1"), (row["K"], f"r = K = {row['K']}"))
-            if (end := next((x for x in mine if x["run"] == f"cdc r={r}"), None))
+            if (end := table_to_accuracy.end_row(mine, r))
         }
         out.append(
             f"- **{row['model']} on {row['data']}, to {100 * table_to_accuracy.TARGET:.0f}% of "

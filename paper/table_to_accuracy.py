@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dcoded.results import time_to_accuracy
 from paper import figure_accuracy, output, paths, table_time
-from paper.results import MissingResults, load
+from paper.results import MissingResults
 from paper.table_time import PAPER_REDUCTION, ci, versus
 from paper.verdicts import by_coding, not_coding, verdict
 
@@ -58,12 +58,12 @@ READS = figure_accuracy.READS
 FIGURES = ()
 
 
-def steps_to(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[int, int | None]]]:
+def steps_to(groups: dict) -> dict[tuple[str, str], dict[str, dict[int, int | None]]]:
     """``{(data, model): {update: {seed: steps to the target, or None}}}`` from the accuracy
-    runs (the update: :func:`paper.figure_accuracy.algorithm_of`), with each seed's target
-    under ``"_target"``."""
+    runs (:func:`paper.figure_accuracy.groups`; the update:
+    :func:`paper.figure_accuracy.algorithm_of`), with each seed's target under ``"_target"``."""
     out = {}
-    for where, mine in figure_accuracy.groups(results, size).items():
+    for where, mine in groups.items():
         ssgd = mine.get("ssgd")
         if not ssgd:
             continue
@@ -80,24 +80,26 @@ def steps_to(results: Path, size: str) -> dict[tuple[str, str], dict[str, dict[i
     return out
 
 
-def _best_coded(timed: dict[str, dict[int, float]], K: int) -> str | None:
-    """The label of cdc's fastest step with coding in play (1 < r < K)."""
-    coded = {
-        lab: t
-        for lab, t in timed.items()
-        if lab.startswith("cdc r=") and lab.split()[-1] != "uncoded"
-        and 1 < int(lab.split("=")[1].split()[0]) < K
-    }  # fmt: skip
-    return min(coded, key=lambda lab: statistics.mean(coded[lab].values())) if coded else None
+def table1_rows(results: Path, size: str) -> dict[tuple[str, str], dict]:
+    """``{(data, model): Table 1's row}`` from the sweeps that time each accuracy sweep's data
+    (:func:`paper.table_time.compute` on them): its coded best, its fastest DDP, its K and its
+    uncoded ends are the ones Table 1b judges by."""
+    return {
+        (data, row["model"]): row
+        for data, sweeps in figure_accuracy.timed_sweeps(results, size).items()
+        for row in table_time.compute(results, size, sweeps)
+    }
 
 
 def compute(results: Path, size: str) -> list[dict]:
     rows = []
     timings = figure_accuracy.timing(results, size)
-    groups = figure_accuracy.groups(results, size)
-    for (data, model), mine in steps_to(results, size).items():
+    table1 = table1_rows(results, size)
+    for (data, model), mine in steps_to(figure_accuracy.groups(results, size)).items():
         targets, timed = mine["_target"], timings.get((data, model), {})
-        K = next(iter(next(iter(groups[(data, model)].values())).values()))["n_workers"]
+        row1 = table1.get((data, model), {})  # none: no cdc was timed on these data
+        K, ddp = row1.get("K"), row1.get("ddp_run")
+        best = f"cdc r={row1['coded_best_r']}" if row1.get("coded_best_r") is not None else None
         to = {}
         for lab, step_s in timed.items():
             steps = mine.get(figure_accuracy.algorithm_of(lab))
@@ -108,9 +110,7 @@ def compute(results: Path, size: str) -> list[dict]:
                 for s, t in step_s.items()
                 if s in steps
             }
-        ddps = [lab for lab in to if lab.startswith("ddp")]
-        ddp = min(ddps, key=lambda lab: statistics.mean(timed[lab].values())) if ddps else None
-        best = _best_coded({lab: timed[lab] for lab in to}, K)
+        ddp = ddp if ddp in to else None
         for lab, by_seed in to.items():
             hit = [t for t in by_seed.values() if t is not None]
             stats = {
@@ -176,18 +176,11 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
 def uncoded_ends(results: Path, size: str) -> dict[tuple[str, str], list]:
     """``{(data, model): the uncoded ends faster than the coded best}`` by the timing sweeps
     of each accuracy sweep's data, judged as Table 1 judges them (:func:`not_coding`)."""
-    out = {}
-    for e in figure_accuracy.EXPERIMENTS:
-        accuracy = load(results, size, e)
-        if not accuracy:
-            continue
-        data = figure_accuracy.data_name(accuracy[0])
-        for row in table_time.compute(results, size, figure_accuracy.TIMED_BY[e]):
-            out[(data, row["model"])] = not_coding(row)
-    return out
+    return {where: not_coding(row) for where, row in table1_rows(results, size).items()}
 
 
-def _end(rows: list[dict], r: int) -> dict | None:
+def end_row(rows: list[dict], r: int) -> dict | None:
+    """cdc's row at ``r`` among one data set and model's rows."""
     return next((x for x in rows if x["run"] == f"cdc r={r}"), None)
 
 
@@ -228,7 +221,7 @@ def cdc_sentence(row: dict, mine: list[dict], faster: list) -> str:
         parts.append(f"{ddp['mean']:.2f}×{band} the fastest DDP's time ({row['ddp_run']})")
     ends = []
     for r, name in ((1, "r = 1"), (row["K"], f"r = K = {row['K']}")):
-        end = _end(mine, r)
+        end = end_row(mine, r)
         if end and end["to_target_s"] is not None:
             ratio = end["_stats"].get("ddp")
             ends.append(
