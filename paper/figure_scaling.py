@@ -31,14 +31,14 @@ from paper import output, paths
 from paper.results import Run, failed, load
 
 #: The sweeps Figure 9 reads, and the network each measured.
-SWEEPS = (
-    "paper_scaling",
+SWEEPS = ("paper_scaling", "paper_scaling_base")
+#: Figure 9's other sweeps, run by hand (not by ``make paper``): drawn and tabled where present.
+BY_HAND = (
     "paper_scaling_groups",
-    "paper_scaling_base",
     "paper_scaling_bus",
+    "paper_scaling_bus_base",
     "paper_scaling_racks",
     "paper_scaling_racks_base",
-    "paper_scaling_bus_base",
 )
 COLUMNS = [
     "network",
@@ -83,15 +83,20 @@ def scheme_of(summary: dict) -> str:
 def runs(results: Path, size: str) -> list[Run]:
     """Every finished run of the sweeps (a job that failed is listed by :func:`failures`)."""
     out = []
-    for name in SWEEPS:
+    for name in _present(results, size):
         out += load(results, size, name, failed_ok=True)
     return out
+
+
+def _present(results: Path, size: str) -> list[str]:
+    """:data:`SWEEPS`, and those of :data:`BY_HAND` that have run."""
+    return [*SWEEPS, *(n for n in BY_HAND if paths.sweep_dir(results, size, n).exists())]
 
 
 def failures(results: Path, size: str) -> list[dict]:
     """The jobs of the sweeps that failed, with the first line of each one's error."""
     out = []
-    for name in SWEEPS:
+    for name in _present(results, size):
         for job in failed(results, size, name):
             keep = ("cluster.n_workers", "cluster.topology", "cluster.uplink_mbit", "algorithm")
             keep += ("coding.shuffle", "coding.redundancy")

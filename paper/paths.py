@@ -23,16 +23,11 @@ EXPERIMENTS = {
     "paper_loads": "Figure 2: communication per worker against r",
     "paper_bandwidth": "Figure 5: the best r against the links' rate",
     "paper_topology": "Figure 6: cdc on a switch, a bus and racks, over TCP and as multicast",
-    "paper_topology_base": "Figure 6: DDP and the parameter server on each topology",
+    "paper_topology_base": "Figure 6: DDP on each topology",
     "paper_stragglers": "Figure 8: cdc waiting for every map or not, under stragglers",
-    "paper_stragglers_base": "Figure 8: DDP and the parameter servers under the same stragglers",
-    "paper_scaling": "Figure 9: cdc at K = 4..16 on a switch (TCP), coded and summed, g = K",
-    "paper_scaling_groups": "Figure 9: cdc in clusters of g = 4 at K = 8..16, every shuffle",
+    "paper_stragglers_base": "Figure 8: DDP and asgd under the same stragglers",
+    "paper_scaling": "Figure 9: cdc at K = 4..16 on a switch (TCP), r = 1, 2, coded and summed",
     "paper_scaling_base": "Figure 9: DDP at K = 4..16 on the switch",
-    "paper_scaling_racks": "Figure 9: cdc as multicast on racks of 4 (2:1 and 4:1) at K = 8..16",
-    "paper_scaling_racks_base": "Figure 9: DDP on the same racks",
-    "paper_scaling_bus": "Figure 9: cdc as multicast on a bus at K = 4..16",
-    "paper_scaling_bus_base": "Figure 9: DDP on the same bus",
 }
 
 #: The studies beyond the paper (Figures 6 to 10), each longer than the paper's own results:
@@ -43,12 +38,7 @@ BEYOND = {
     "paper_stragglers",
     "paper_stragglers_base",
     "paper_scaling",
-    "paper_scaling_groups",
     "paper_scaling_base",
-    "paper_scaling_racks",
-    "paper_scaling_racks_base",
-    "paper_scaling_bus",
-    "paper_scaling_bus_base",
 }
 
 #: Experiments that train on data of their own: ``--mnist`` does not replace it.

@@ -1386,6 +1386,7 @@ def test_cdc_at_K_16_r_3_on_a_dropping_switch_runs_and_equals_serial(tmp_path, m
         "experiment=paper_scaling",
         "model=dnn",
         "cluster.n_workers=16",
+        "cluster.bandwidth_mbit=25",
         "cluster.queue_ms=20",
         "coding.redundancy=3",
         "coding.shuffle=coded",
