@@ -1,31 +1,40 @@
 """Figure 8: the same redundancy used a second time. Median and 95th-percentile time per step
-with no straggler, one slow worker and Bernoulli stalls, for DDP, the parameter servers and
-cdc waiting for every map (``s = 0``) or not for the ``r - 1`` slowest (``s = r - 1``), each
-beside its own step without stragglers; the stalls' mean beside the order-statistics
-prediction; and whether not waiting changed a bit of the result.
+with no straggler, one slow worker and Bernoulli stalls, for DDP, asgd and cdc waiting for
+every map (``s = 0``) or not for the ``r - 1`` slowest (``s = r - 1``), each beside its own
+step without stragglers; the stalls' mean beside the order-statistics prediction; and whether
+not waiting changed a bit of the result. Each configuration over its seeds: the mean of each
+seed's number, its ratios paired by seed, with their 95% intervals.
 
-Reads ``paper_stragglers`` (cdc) and ``paper_stragglers_base`` (ddp, ssgd, asgd).
+Reads ``paper_stragglers`` (cdc) and ``paper_stragglers_base`` (ddp, asgd).
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from math import comb
 from pathlib import Path
 
+from dcoded.results import interval
 from paper import output, paths
 from paper.results import Run, load
+from paper.table_time import ci, versus
+from paper.verdicts import beyond_noise
 
 MODELS = ("none", "slow", "stall")
 COLUMNS = [
     "model",
     "run",
     "straggle",
+    "seeds",
     "step_ms",
+    "step_ci_ms",
     "p95_ms",
     "mean_ms",
     "vs_clean",
+    "vs_clean_ci",
     "vs_ddp",
+    "vs_ddp_ci",
     "predicted_mean_ms",
     "mean_vs_predicted",
     "backup_bytes",
@@ -66,46 +75,91 @@ def tolerated(summary: dict) -> int | None:
     return summary.get("stragglers") or 0
 
 
+def predicted_mean(run: Run, clean: Run | None) -> float | None:
+    """The stalls' mean step by order statistics: the same seed's clean mean, plus the stall
+    times the chance that more workers stall than the step does not wait for."""
+    st, s = run["straggle"], tolerated(run.summary)
+    if st["model"] != "stall" or clean is None or s is None:
+        return None
+    more = p_more_than(s, run["n_workers"], st["p"])
+    return clean["time_s"]["step_mean"] + st["stall_ms"] / 1000 * more
+
+
+def _steps(by_seed: dict[int, Run]) -> dict[int, float]:
+    """Each seed's step (s): its median, but under stalls its mean (a stall hits about a third
+    of the steps at p = 0.1 and K = 4, so the median of a short run flips between the two
+    kinds of step, and the mean is what the stalls cost)."""
+    return {
+        s: r["time_s"]["step_mean" if r["straggle"]["model"] == "stall" else "step_median"]
+        for s, r in by_seed.items()
+    }
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
 def compute(results: Path, size: str) -> list[dict]:
-    runs: list[Run] = [
+    """One row per model, run and straggler model: over its seeds, the mean of each seed's
+    median, 95th-percentile and mean step; its ratios to its own clean step and to DDP's under
+    the same stragglers, paired by seed; the stalls' mean against the order statistics; and
+    whether every seed's bits equal the same seed's without stragglers. ``_stats`` keeps the
+    ratios whole."""
+    groups: dict[tuple, dict[int, Run]] = {}
+    for run in [
         *load(results, size, "paper_stragglers_base"),
         *load(results, size, "paper_stragglers"),
-    ]
-
-    def key(run):
-        return (run["model"], run_label(run.summary))
-
-    clean = {key(r): r for r in runs if r["straggle"]["model"] == "none"}
-    ddp = {(r["model"], r["straggle"]["model"]): r for r in runs if r["algorithm"] == "ddp"}
+    ]:
+        key = (run["model"], run_label(run.summary), run["straggle"]["model"])
+        groups.setdefault(key, {})[run["seed"]] = run
     rows = []
-    for run in runs:
-        t, st = run["time_s"], run["straggle"]
-        base = clean.get(key(run))
-        ref = ddp.get((run["model"], st["model"]))
-        predicted = None
-        s = tolerated(run.summary)
-        if st["model"] == "stall" and base is not None and s is not None:
-            predicted = base["time_s"]["step_mean"] + st["stall_ms"] / 1000 * p_more_than(
-                s, run["n_workers"], st["p"]
-            )
-        b = run["bytes_per_worker"]
+    for (model, label, straggle), by_seed in groups.items():
+        clean = groups.get((model, label, "none"), {})
+        ddp = groups.get((model, "ddp", straggle), {})
+        steps = _steps(by_seed)
+        spread = interval(list(steps.values()))
+        vs_clean = versus(steps, _steps(clean), "ratio") if clean else None
+        vs_ddp = versus(steps, _steps(ddp), "ratio") if ddp else None
+        predicted = {s: predicted_mean(run, clean.get(s)) for s, run in by_seed.items()}
+        judged = {s: p for s, p in predicted.items() if p}
+        # asgd's updates land in the order its workers finish: its bits are not the clean run's
+        same = [
+            run["param_sha256"] == clean[s]["param_sha256"]
+            for s, run in by_seed.items()
+            if s in clean and run["algorithm"] != "asgd"
+        ]
+        backup = [run["bytes_per_worker"].get("backup") for run in by_seed.values()]
+        theory = [run["bytes_per_worker"].get("theory_backup") for run in by_seed.values()]
+        waited = [run["straggle"].get("steps_not_waiting") for run in by_seed.values()]
         rows.append(
             {
-                "model": run["model"],
-                "run": run_label(run.summary),
-                "straggle": st["model"],
-                "step_ms": 1e3 * t["step_median"],
-                "p95_ms": 1e3 * t["step_p95"],
-                "mean_ms": 1e3 * t["step_mean"],
-                "vs_clean": t["step_median"] / base["time_s"]["step_median"] if base else None,
-                "vs_ddp": t["step_median"] / ref["time_s"]["step_median"] if ref else None,
-                "predicted_mean_ms": 1e3 * predicted if predicted else None,
-                "mean_vs_predicted": t["step_mean"] / predicted if predicted else None,
-                "backup_bytes": b.get("backup"),
-                "theory_backup_bytes": b.get("theory_backup"),
-                "steps_not_waiting": st.get("steps_not_waiting"),
-                "same_bits_as_clean": run["param_sha256"] == base["param_sha256"] if base else None,
-                "test_accuracy": run["final"]["test_accuracy"],
+                "model": model,
+                "run": label,
+                "straggle": straggle,
+                "seeds": len(by_seed),
+                "step_ms": 1e3 * spread["mean"],
+                "step_ci_ms": ci(
+                    *(1e3 * v if v is not None else None for v in (spread["lo"], spread["hi"])), 0
+                ),
+                "p95_ms": 1e3 * _mean(r["time_s"]["step_p95"] for r in by_seed.values()),
+                "mean_ms": 1e3 * _mean(r["time_s"]["step_mean"] for r in by_seed.values()),
+                "vs_clean": vs_clean["mean"] if vs_clean else None,
+                "vs_clean_ci": ci(vs_clean["lo"], vs_clean["hi"], 2) if vs_clean else None,
+                "vs_ddp": vs_ddp["mean"] if vs_ddp else None,
+                "vs_ddp_ci": ci(vs_ddp["lo"], vs_ddp["hi"], 2) if vs_ddp else None,
+                "predicted_mean_ms": 1e3 * _mean(judged.values()) if judged else None,
+                "mean_vs_predicted": _mean(
+                    by_seed[s]["time_s"]["step_mean"] / p for s, p in judged.items()
+                ),
+                "backup_bytes": _mean(backup),
+                "theory_backup_bytes": _mean(theory),
+                "steps_not_waiting": sum(w for w in waited if w is not None)
+                if any(w is not None for w in waited)
+                else None,
+                "same_bits_as_clean": all(same) if same else None,
+                "test_accuracy": _mean(r["final"]["test_accuracy"] for r in by_seed.values()),
+                "_stats": {"vs_clean": vs_clean, "vs_ddp": vs_ddp, "steps": steps},
             }
         )
     order = ["ddp", "ssgd", "asgd"]
@@ -124,44 +178,88 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     rows = compute(results, size)
     plt = output.pyplot()
     models = list(dict.fromkeys(x["model"] for x in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(8 * len(models), 4.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(7 * len(models), 4.4), squeeze=False, layout="constrained"
+    )
+    seeds = max(x["seeds"] for x in rows)
     for ax, model in zip(axes[0], models, strict=True):
         mine = [x for x in rows if x["model"] == model]
         labels = list(dict.fromkeys(x["run"] for x in mine))
         width = 0.8 / len(MODELS)
         for i, which in enumerate(MODELS):
-            xs, med, p95 = [], [], []
+            xs, med, p95, err = [], [], [], [[], []]
             for j, label in enumerate(labels):
                 found = [x for x in mine if (x["run"], x["straggle"]) == (label, which)]
                 if found:
+                    x = found[0]
                     xs.append(j + (i - 1) * width)
-                    med.append(found[0]["step_ms"])
-                    p95.append(found[0]["p95_ms"])
-            ax.bar(xs, med, width, label=f"{which}: median", color=f"C{i}")
+                    med.append(x["step_ms"])
+                    p95.append(x["p95_ms"])
+                    lo, hi = _band(x["_stats"]["steps"])
+                    err[0].append(x["step_ms"] - lo if lo is not None else 0)
+                    err[1].append(hi - x["step_ms"] if hi is not None else 0)
+            ax.bar(
+                xs,
+                med,
+                width,
+                yerr=err,
+                capsize=3,
+                label=f"{which}: {'mean' if which == 'stall' else 'median'}",
+                color=f"C{i}",
+            )
             ax.scatter(xs, p95, marker="_", s=200, color="k", zorder=3)
         ax.scatter([], [], marker="_", s=200, color="k", label="95th percentile")
-        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=9)
         ax.set_ylabel("ms per step")
-        ax.set_title(f"{model}: time per step under stragglers")
-        ax.legend(fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(
+            f"{model}: time per step under stragglers, mean of {seeds} seeds (bars: 95% interval)",
+            fontsize=10,
+        )
+        ax.legend(fontsize=8.5)
     output.save_figure(fig, paths.figures(out) / "fig8_stragglers.png")
     output.write_table(
         rows,
         COLUMNS,
         paths.tables(out) / "fig8_stragglers",
-        "Figure 8: ms per step (median, 95th percentile, mean) with no straggler, one slow "
-        "worker (rank 1 at a third of its share of the cores) and stalls (p = 0.1, 500 ms "
-        "before a worker's computation), K = 4 on a 100 Mbit/s switch; vs_clean: over the same "
-        "run without stragglers; predicted: the stalls' mean step by order statistics (clean "
-        "mean + 500 ms · P[more than s of 4 stall]); same_bits: param_sha256 equal to the run "
-        "without stragglers; backup: bytes per worker per step of plain values sent in place of "
-        "what a worker that gave up did not send, beside the closed form's most.",
+        "Figure 8: ms per step with no straggler, one slow worker (rank 1 at a third of its "
+        "host's core) and stalls (p = 0.1, 500 ms before a worker's computation), K = 4 on a "
+        "100 Mbit/s switch; over the seeds, the mean of each seed's median step (under stalls "
+        "its mean step), with its 95% interval, and of its 95th percentile and mean step; "
+        "vs_clean: over the same run without stragglers, vs_ddp: over DDP's under the same "
+        "stragglers, each paired by seed; "
+        "predicted: the stalls' mean step by order statistics (clean mean + 500 ms · P[more "
+        "than s of 4 stall]); same_bits: every seed's param_sha256 equal to the same seed's "
+        "without stragglers; backup: bytes per worker per step of plain values sent in place "
+        "of what a worker that gave up did not send, beside the closed form's most; "
+        "steps_not_waiting: over every seed.",
     )
+
+
+def _band(steps: dict[int, float]) -> tuple[float | None, float | None]:
+    """The 95% interval (ms) of the mean of the seeds' steps."""
+    s = interval(list(steps.values()))
+    return (1e3 * s["lo"], 1e3 * s["hi"]) if s["lo"] is not None else (None, None)
+
+
+def _ratio(s: dict | None) -> str:
+    if not s or s.get("mean") is None:
+        return "n/a"
+    band = ci(s["lo"], s["hi"], 2)
+    return f"{s['mean']:.2f}x" + (f" {band}" if band else "")
+
+
+def _than(s: dict | None, what: str) -> str:
+    """``faster than`` / ``slower than`` / ``not told apart from`` ``what``, by the interval."""
+    said = {1: "faster than", -1: "slower than", 0: "not told apart from"}[beyond_noise(s)]
+    return f"{said} {what}"
 
 
 def section(results: Path, size: str) -> str:
     """Not waiting for stragglers: what a slow worker and stalls cost each algorithm, what
-    not waiting buys back, at what price in bytes, and that no bit changed."""
+    not waiting buys back, at what price in bytes, and that no bit changed; every ratio paired
+    by seed, with its interval."""
     rows = compute(results, size)
     # the report's table leaves these out; the CSV of every column keeps them
     apart = ("backup_bytes", "theory_backup_bytes", "steps_not_waiting", "test_accuracy")
@@ -177,20 +275,30 @@ def section(results: Path, size: str) -> str:
     for model in dict.fromkeys(x["model"] for x in rows):
         cdc = sorted({x["run"] for x in rows if x["model"] == model and x["run"].startswith("cdc")})
         tolerant = [run for run in cdc if not run.endswith("s=0")]
-        ddp = find(model, "ddp", "slow")
-        slow = [find(model, run, "slow") for run in tolerant]
-        slow = [x for x in slow if x]
-        if ddp and slow:
-            best = min(slow, key=lambda x: x["step_ms"])
-            waiting = find(model, best["run"].rsplit(" ", 1)[0] + " s=0", "slow")
+        for straggle, what in (("slow", "one slow worker"), ("stall", "stalls (p = 0.1, 500 ms)")):
+            ddp = find(model, "ddp", straggle)
+            mine = [x for run in tolerant if (x := find(model, run, straggle))]
+            if not ddp or not mine:
+                continue
+            best = min(mine, key=lambda x: x["step_ms"])
+            waiting = find(model, best["run"].rsplit(" ", 1)[0] + " s=0", straggle)
             line = (
-                f"- **{model}, one slow worker**: DDP takes {ddp['step_ms']:.0f} ms a step "
-                f"({ddp['vs_clean']:.2f}x its own without it); {best['run']} takes "
-                f"{best['step_ms']:.0f} ms ({best['vs_clean']:.2f}x its own, "
-                f"{best['vs_ddp']:.2f}x DDP's)"
+                f"- **{model}, {what}** ({best['seeds']} seeds): DDP takes "
+                f"{ddp['step_ms']:.0f} ms a step ({_ratio(ddp['_stats']['vs_clean'])} its own "
+                f"without them); {best['run']} takes {best['step_ms']:.0f} ms "
+                f"({_ratio(best['_stats']['vs_clean'])} its own, "
+                f"{_ratio(best['_stats']['vs_ddp'])} DDP's: "
+                f"{_than(best['_stats']['vs_ddp'], 'DDP')})"
             )
             if waiting:
-                line += f", where waiting for every map took {waiting['step_ms']:.0f} ms"
+                against = versus(best["_stats"]["steps"], waiting["_stats"]["steps"], "ratio")
+                line += (
+                    f"; waiting for every map took {waiting['step_ms']:.0f} ms, so not waiting "
+                    f"is {_ratio(against)} of it: {_than(against, 'waiting')}"
+                )
+            asgd = find(model, "asgd", straggle)
+            if asgd:
+                line += f"; asgd takes {asgd['step_ms']:.0f} ms a step"
             out.append(line + ".")
         for run in tolerant:
             clean, zero = (
@@ -198,18 +306,19 @@ def section(results: Path, size: str) -> str:
                 find(model, run.rsplit(" ", 1)[0] + " s=0", "none"),
             )
             if clean and zero:
+                cost = versus(clean["_stats"]["steps"], zero["_stats"]["steps"], "ratio")
                 out.append(
                     f"  - {run} with no straggler: {clean['step_ms']:.0f} ms against "
-                    f"{zero['step_ms']:.0f} ms waiting for every map "
-                    f"({clean['step_ms'] / zero['step_ms']:.2f}x): the cost of watching."
+                    f"{zero['step_ms']:.0f} ms waiting for every map ({_ratio(cost)}): the cost "
+                    "of watching."
                 )
         stalls = [x for x in rows if x["model"] == model and x["straggle"] == "stall"]
         judged = [x for x in stalls if x["mean_vs_predicted"] is not None]
         if judged:
             within = [x["run"] for x in judged if abs(x["mean_vs_predicted"] - 1) <= 0.2]
             out.append(
-                f"  - Stalls (p = 0.1, 500 ms): the mean step is within 20% of the "
-                f"order-statistics prediction for {len(within)} of {len(judged)} runs"
+                f"  - Stalls (p = 0.1, 500 ms): the mean step, over the seeds, is within 20% of "
+                f"the order-statistics prediction for {len(within)} of {len(judged)} runs"
                 + (
                     "; not for "
                     + ", ".join(
@@ -224,17 +333,16 @@ def section(results: Path, size: str) -> str:
             )
     changed = [x for x in rows if x["run"].startswith("cdc") and x["same_bits_as_clean"] is False]
     out.append(
-        "- Not waiting changed no bit: every cdc run's `param_sha256` equals the same run's "
-        "without stragglers, so its accuracy is unchanged."
+        "- Not waiting changed no bit: every cdc run's `param_sha256` equals the same seed's "
+        "run without stragglers, so its accuracy is unchanged."
         if not changed
-        else f"- **Bits changed** in {len(changed)} cdc runs: a bug."
+        else f"- **Bits changed** in {len(changed)} cdc configurations: a bug."
     )
     out.append(
         "- What a slow worker costs cdc when it is not waited for: the plain values it is sent "
         "for its own segment, `C(K-1, r-1)/K · d` more into its link than the usual exchange, "
-        "and its own (slow) reduce and update. Where the step is its exchange (the dnn at "
-        "100 Mbit/s) that transfer can cost what the wait saved; where it is compute (the cnn) "
-        "not waiting pays."
+        "and its own (slow) reduce and update. Where the step is its exchange that transfer can "
+        "cost what the wait saved; where it is compute, not waiting pays."
     )
     return "\n".join(out) + "\n"
 

@@ -1,19 +1,23 @@
 """Figure 6: where coding pays. Time per step against r on a switch, a bus and racks, for the
 coded and the summed shuffle over TCP (``transport=direct``) and as UDP multicast, beside DDP
-and the parameter server on the same topology, every exchange beside its bound there.
+on the same topology, every exchange beside its bound there; each configuration over its
+seeds, and every verdict on a ratio paired by seed (:func:`paper.verdicts.pays`).
 
-Reads ``paper_topology`` (cdc) and ``paper_topology_base`` (ddp, ssgd). The bounds are those of
+Reads ``paper_topology`` (cdc) and ``paper_topology_base`` (ddp). The bounds are those of
 :func:`dcoded.topology.phase_bounds`: the busiest shared link's bytes at its rate.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
+from dcoded.results import interval
 from dcoded.topology import EMULATED, phase_bounds
 from paper import output, paths
 from paper.results import Run, load
+from paper.table_time import ci, versus
 from paper.verdicts import pays
 
 COLUMNS = [
@@ -22,10 +26,11 @@ COLUMNS = [
     "shuffle",
     "transport",
     "r",
+    "seeds",
     "step_ms",
-    "p25_ms",
-    "p75_ms",
+    "step_ci_ms",
     "vs_ddp",
+    "vs_ddp_ci",
     "shuffle_ms",
     "shuffle_bound_ms",
     "params_ms",
@@ -52,37 +57,82 @@ def topology_of(run: Run) -> str:
     return run.summary["environment"]["netem"].get("topology", "switch")
 
 
+def configuration(run: Run) -> tuple:
+    """What a run's seeds repeat: its topology, algorithm, and cdc's shuffle, transport and r."""
+    cdc = run["algorithm"] == "cdc"
+    return (
+        topology_of(run),
+        run["algorithm"],
+        run["shuffle"] if cdc else None,
+        run.summary.get("transport") if cdc else None,
+        run["redundancy"] if cdc else None,
+    )
+
+
+def steps_of(by_seed: dict[int, Run]) -> dict[int, float]:
+    """Each seed's median step (s)."""
+    return {s: r["time_s"]["step_median"] for s, r in by_seed.items()}
+
+
 def compute(results: Path, size: str) -> list[dict]:
-    """One row per run, in topology order: step time beside DDP's, phases beside bounds."""
-    base = load(results, size, "paper_topology_base")
-    cdc = load(results, size, "paper_topology")
-    ddp = {topology_of(r): r["time_s"]["step_median"] for r in base if r["algorithm"] == "ddp"}
+    """One row per configuration, in topology order: its step, the mean over its seeds with
+    their 95% interval, its ratio to DDP's on the same topology paired by seed, and its
+    phases (the median over the seeds) beside their bounds. ``_steps``: each seed's step."""
+    groups: dict[tuple, dict[int, Run]] = {}
+    for run in [
+        *load(results, size, "paper_topology_base"),
+        *load(results, size, "paper_topology"),
+    ]:
+        groups.setdefault(configuration(run), {})[run["seed"]] = run
+    ddp = {k[0]: steps_of(g) for k, g in groups.items() if k[1] == "ddp"}
     rows = []
-    for run in [*base, *cdc]:
-        t, where = run["time_s"], topology_of(run)
-        limits = phase_bounds(run.summary)
-        cdc_run = run["algorithm"] == "cdc"
+    for (where, algorithm, shuffle, transport, r), by_seed in groups.items():
+        steps = steps_of(by_seed)
+        spread = interval(list(steps.values()))
+        vs = versus(steps, ddp[where], "ratio") if where in ddp else None
+        limits = phase_bounds(next(iter(by_seed.values())).summary)
+
+        def median(f, by_seed=by_seed):
+            values = [f(run) for run in by_seed.values()]
+            values = [v for v in values if v is not None]
+            return statistics.median(values) if values else None
+
         rows.append(
             {
                 "topology": where,
-                "algorithm": run["algorithm"],
-                "shuffle": run["shuffle"] if cdc_run else None,
-                "transport": run.summary.get("transport") if cdc_run else None,
-                "r": run["redundancy"] if cdc_run else None,
-                "step_ms": 1e3 * t["step_median"],
-                "p25_ms": 1e3 * t["step_p25"] if t.get("step_p25") is not None else None,
-                "p75_ms": 1e3 * t["step_p75"] if t.get("step_p75") is not None else None,
-                "vs_ddp": t["step_median"] / ddp[where] if where in ddp else None,
-                "shuffle_ms": 1e3 * t["shuffle"],
+                "algorithm": algorithm,
+                "shuffle": shuffle,
+                "transport": transport,
+                "r": r,
+                "seeds": len(steps),
+                "step_ms": 1e3 * spread["mean"],
+                "step_lo_ms": 1e3 * spread["lo"] if spread["lo"] is not None else None,
+                "step_hi_ms": 1e3 * spread["hi"] if spread["hi"] is not None else None,
+                "step_ci_ms": ci(
+                    *(1e3 * v if v is not None else None for v in (spread["lo"], spread["hi"])), 0
+                ),
+                "vs_ddp": vs["mean"] if vs else None,
+                "vs_ddp_ci": ci(vs["lo"], vs["hi"], 2) if vs else None,
+                "shuffle_ms": 1e3 * median(lambda x: x["time_s"]["shuffle"]),
                 "shuffle_bound_ms": 1e3 * limits["shuffle"],
-                "params_ms": 1e3 * t["params"],
+                "params_ms": 1e3 * median(lambda x: x["time_s"]["params"]),
                 "params_bound_ms": 1e3 * limits["params"],
                 "comm_bound_ms": 1e3 * limits["comm"],
-                "moved_bytes": run["bytes_per_worker"].get("transport"),
+                "moved_bytes": median(lambda x: x["bytes_per_worker"].get("transport")),
+                "_steps": steps,
+                "_vs_ddp": vs,
             }
         )
     order = {name: i for i, name in enumerate(EMULATED)}
-    rows.sort(key=lambda x: (order[x["topology"]], x["algorithm"] == "cdc", x["r"] or 0))
+    rows.sort(
+        key=lambda x: (
+            order[x["topology"]],
+            x["algorithm"] == "cdc",
+            x["r"] or 0,
+            x["shuffle"] or "",
+            x["transport"] or "",
+        )
+    )
     return rows
 
 
@@ -91,45 +141,66 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     plt = output.pyplot()
     shown = [t for t in EMULATED if any(x["topology"] == t for x in rows)]  # the sweep's
     fig, axes = plt.subplots(
-        1, len(shown), figsize=(16, 4.8), sharey=False, layout="constrained", squeeze=False
+        1, len(shown), figsize=(4.3 * len(shown), 4.4), layout="constrained", squeeze=False
     )
-    fig.suptitle("dnn, K = 4: time per step against r (dotted: its communication bound)")
+    seeds = max(x["seeds"] for x in rows)
+    fig.suptitle(
+        f"dnn, K = 4: ms per step against r, mean of {seeds} seeds (bars and band: 95% "
+        "interval; dotted: the communication bound)",
+        fontsize=10,
+    )
     for ax, where in zip(axes[0], shown, strict=True):
         mine = [x for x in rows if x["topology"] == where]
         for (shuffle, transport), (color, line, marker) in STYLES.items():
             pts = sorted(
-                (x["r"], x["step_ms"], x["comm_bound_ms"])
+                (x["r"], x["step_ms"], x["step_lo_ms"], x["step_hi_ms"], x["comm_bound_ms"])
                 for x in mine
                 if (x["shuffle"], x["transport"]) == (shuffle, transport)
             )
             if not pts:
                 continue
-            rs, ms, bound = zip(*pts, strict=True)
-            ax.plot(rs, ms, color=color, ls=line, marker=marker, label=f"{shuffle}, {transport}")
+            rs, ms, lo, hi, bound = zip(*pts, strict=True)
+            below = [m - low if low is not None else 0 for m, low in zip(ms, lo, strict=True)]
+            above = [high - m if high is not None else 0 for m, high in zip(ms, hi, strict=True)]
+            ax.errorbar(
+                rs,
+                ms,
+                yerr=[below, above],
+                color=color,
+                ls=line,
+                marker=marker,
+                capsize=3,
+                label=f"cdc {shuffle}, {transport}",
+            )
             ax.plot(rs, bound, color=color, ls=":", lw=1, alpha=0.7)
         for x in mine:
-            if x["algorithm"] in ("ddp", "ssgd"):
-                ax.axhline(x["step_ms"], color="k" if x["algorithm"] == "ddp" else "grey")
-                ax.annotate(x["algorithm"], (1, x["step_ms"]), va="bottom", fontsize=8)
+            if x["algorithm"] != "cdc":
+                ax.axhline(x["step_ms"], color="k", lw=1.2, label=x["algorithm"])
+                if x["step_lo_ms"] is not None:
+                    ax.axhspan(x["step_lo_ms"], x["step_hi_ms"], color="k", alpha=0.12, lw=0)
         ax.set_title(where)
         ax.set_xlabel("redundancy r")
         ax.set_ylabel("ms per step")
-        ax.set_xticks(range(1, 5))
+        ax.set_xticks(sorted({x["r"] for x in mine if x["r"]}))
         ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8.5, loc="lower left")
     output.save_figure(fig, paths.figures(out) / "fig6_topology.png")
     output.write_table(
         rows,
         COLUMNS,
         paths.tables(out) / "fig6_topology",
-        "Figure 6: median ms per step on each topology (dnn, K = 4, 100 Mbit/s links, racks of "
-        "two behind 100 Mbit/s uplinks); each exchange beside its bound on that topology; "
-        "moved: bytes per worker per step the transport moved (multicast counted once).",
+        "Figure 6: ms per step on each topology (dnn, K = 4, 100 Mbit/s links, racks of two "
+        "behind 100 Mbit/s uplinks), the mean of each seed's median step with its 95% "
+        "interval over the seeds; vs_ddp: over DDP's on the same topology, paired by seed; "
+        "each exchange (the median over the seeds) beside its bound on that topology; moved: "
+        "bytes per worker per step the transport moved (multicast counted once).",
     )
 
 
 def section(results: Path, size: str) -> str:
-    """Where coding pays: every topology's fastest runs, and the paper's claim on each."""
+    """Where coding pays: every topology's fastest coded runs, and the paper's claim on each,
+    judged over the seeds."""
     rows = compute(results, size)
     out = [output.markdown(rows, COLUMNS)]
     for where in EMULATED:
@@ -143,32 +214,43 @@ def section(results: Path, size: str) -> str:
             pick = [r for r in rows if (r["shuffle"], r["transport"]) == (shuffle, transport)]
             return min(pick, key=lambda r: r["step_ms"]) if pick else None
 
+        def at(shuffle, transport, r, rows=coded):
+            return next(
+                (
+                    x
+                    for x in rows
+                    if (x["shuffle"], x["transport"], x["r"]) == (shuffle, transport, r)
+                ),
+                None,
+            )
+
         cm, cd = best("coded", "multicast"), best("coded", "direct")
-        sm = best("summed", "multicast")
-        line = f"- **{where}**: DDP takes {ddp['step_ms']:.0f} ms a step."
+        line = (
+            f"- **{where}**: DDP takes {ddp['step_ms']:.0f} ms a step {ddp['step_ci_ms'] or ''}"
+            f" ({ddp['seeds']} seeds)."
+        )
+        over_tcp = None
         if cm:
             line += (
                 f" The coded shuffle as multicast, at its best r = {cm['r']} (1 < r < K), takes "
-                f"{cm['step_ms']:.0f} ms ({cm['vs_ddp']:.2f}x DDP's)"
+                f"{cm['step_ms']:.0f} ms, {cm['vs_ddp']:.2f}x DDP's {cm['vs_ddp_ci'] or ''}"
             )
             if cd:
+                same = at("coded", "direct", cm["r"])
                 line += f"; over TCP at its best r = {cd['r']}, {cd['step_ms']:.0f} ms"
-            if sm:
-                same = next(
-                    (
-                        r
-                        for r in coded
-                        if (r["shuffle"], r["transport"], r["r"])
-                        == ("summed", "multicast", cm["r"])
-                    ),
-                    None,
-                )
                 if same:
-                    line += f"; the summed shuffle at the same r, {same['step_ms']:.0f} ms"
+                    over_tcp = versus(cm["_steps"], same["_steps"], "ratio")
+                    line += (
+                        f" (multicast over TCP at r = {cm['r']}: {over_tcp['mean']:.2f}x "
+                        f"{ci(over_tcp['lo'], over_tcp['hi'], 2) or ''})"
+                    )
+            summed = at("summed", "multicast", cm["r"])
+            if summed:
+                line += f"; the summed shuffle at the same r, {summed['step_ms']:.0f} ms"
             line += "."
-        out.append(line)
+        out.append(line.replace(" )", ")").replace("  ", " "))
         if cm:
-            out.append("  Coding with real multicast " + pays(cm, ddp, cd))
+            out.append("  Coding with real multicast " + pays(cm["_vs_ddp"], over_tcp))
     out.append(
         "- On a switch each host has its own link: a multicast frame still has to reach each "
         "receiver through that receiver's own link, so it saves a sender's link and not a "

@@ -1,8 +1,8 @@
 """The rules by which the report judges a claim, in one place: a reduction against the paper's
 (:func:`verdict`, with its interval over seeds), whether a saving is coding's
-(:func:`not_coding`, :func:`by_coding`), and whether one run is faster than another beyond the
-spread of its steps (:func:`apart`, :func:`pays`). Each section's sentences are beside its
-figure (:mod:`paper.sections`); the rules they state are here."""
+(:func:`not_coding`, :func:`by_coding`), and whether one configuration is faster than
+another beyond the noise of its seeds (:func:`beyond_noise`, :func:`pays`). Each section's
+sentences are beside its figure (:mod:`paper.sections`); the rules they state are here."""
 
 from __future__ import annotations
 
@@ -69,46 +69,40 @@ def by_coding(said: str, faster: list[tuple[str, str, bool]], why: str) -> str:
     return said.replace("**holds", "holds", 1).replace("**", "", 1) + why
 
 
-def apart(a: dict, b: dict) -> int:
-    """Whether run ``a``'s steps are faster than ``b``'s beyond the spread of one run: ``1``
-    where ``a``'s interquartile range over its steps lies wholly below ``b``'s, ``-1`` wholly
-    above, ``0`` where they overlap (within noise).
+def beyond_noise(s: dict | None) -> int:
+    """What a ratio over seeds says (``s``: :func:`dcoded.results.interval` of the per-seed
+    ratios ``a / b``): ``1`` where its 95% interval lies wholly below 1 (``a`` is faster), ``-1``
+    wholly above, ``0`` where it holds 1 or there is no interval (one seed).
 
-    >>> apart({"p25_ms": 50, "p75_ms": 55}, {"p25_ms": 58, "p75_ms": 62})
-    1
-    >>> apart({"p25_ms": 50, "p75_ms": 60}, {"p25_ms": 58, "p75_ms": 62})
-    0
+    >>> beyond_noise({"mean": 0.8, "lo": 0.7, "hi": 0.9}), beyond_noise({"lo": 0.9, "hi": 1.1})
+    (1, 0)
+    >>> beyond_noise({"mean": 1.3, "lo": 1.2, "hi": 1.4}), beyond_noise({"mean": 0.5, "lo": None})
+    (-1, 0)
     """
-    if None in (a.get("p25_ms"), a.get("p75_ms"), b.get("p25_ms"), b.get("p75_ms")):
+    if not s or s.get("lo") is None or s.get("hi") is None:
         return 0
-    if a["p75_ms"] < b["p25_ms"]:
-        return 1
-    if a["p25_ms"] > b["p75_ms"]:
-        return -1
-    return 0
+    return 1 if s["hi"] < 1 else -1 if s["lo"] > 1 else 0
 
 
-def pays(cm: dict, ddp: dict, cd: dict | None) -> str:
-    """Whether coding as multicast pays on a topology, from one run each: only where its
-    steps' interquartile range lies below DDP's and below the same shuffle's over TCP."""
-    against = [("DDP", apart(cm, ddp))] + (
-        [("the same shuffle over TCP", apart(cm, cd))] if cd else []
+def pays(over_ddp: dict, over_tcp: dict | None) -> str:
+    """Whether coding as multicast pays on a topology, over seeds: only where its step's ratio
+    to DDP's and to the same shuffle's over TCP (each paired by seed) lie wholly below 1."""
+    against = [("DDP", beyond_noise(over_ddp))] + (
+        [("the same shuffle over TCP", beyond_noise(over_tcp))] if over_tcp else []
     )
     if all(v == 1 for _, v in against):
         return (
-            "**pays** here: its steps' interquartile range lies below DDP's and below the same "
-            "shuffle's over TCP."
+            "**pays** here: its step's ratio to DDP's and to the same shuffle's over TCP, paired "
+            "by seed, lie wholly below 1."
         )
     faster = [name for name, v in against if v == 1]
     slower = [name for name, v in against if v == -1]
     noise = [name for name, v in against if v == 0]
     parts = []
     if faster:
-        parts.append(f"it is faster than {' and '.join(faster)} beyond the steps' spread")
+        parts.append(f"it is faster than {' and '.join(faster)} beyond the seeds' noise")
     if noise:
-        parts.append(
-            f"within noise of {' and '.join(noise)} (their steps' interquartile ranges overlap)"
-        )
+        parts.append(f"not told apart from {' and '.join(noise)} (the interval holds 1)")
     if slower:
         parts.append(f"slower than {' and '.join(slower)}")
     verdict_word = "**does not pay**" if slower else "is **within noise**"

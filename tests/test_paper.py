@@ -652,7 +652,7 @@ def test_the_committed_scaling_section_agrees_with_figure_9s_table():
         pytest.skip("the committed report was built without BEYOND=1: no Figure 9 to check")
     rows = _csv(paths.tables(paths.OUTPUT) / "fig9_scaling.csv")
     networks = sorted({r["network"] for r in rows})
-    assert {"switch", "bus", "racks 2:1", "racks 4:1"} <= set(networks)
+    assert "switch" in networks  # the bus and racks are run by hand, drawn where present
     for network in networks:
         mine = [r for r in rows if r["network"] == network]
         Ks = sorted({int(r["K"]) for r in mine if r["scheme"] != "ddp"})
@@ -690,12 +690,14 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "python -m paper.sweep" in result.stderr
     text = (tmp_path / "out" / "REPORT.md").read_text()
+    from paper import summary as report_summary
     from paper import table_ddp  # reads stage 1's DDP comparison, not a sweep
 
     reading = [section.TITLE for section in SECTIONS if section.READS or section is table_ddp]
     assert len(reading) == 11
     summary, rest = text.split("## Conditions")
-    assert summary.count("not run") == 3  # Table 1, Table 1b and the DDP comparison
+    # Table 1, Table 1b, the DDP comparison and Figures 6, 8 and 9
+    assert summary.count("not run") == len(report_summary.PARTS) == 6
     assert rest.count("not run") == len(reading)  # one per section that reads results
 
 
@@ -1255,3 +1257,146 @@ def test_the_summary_is_table_1s_ratios_to_ddp_paired_by_seed(tmp_path):
     assert "coding's saving" not in cnn and "faster beyond noise" not in cnn
     assert "- Table 1b: not run in this build" in text
     assert "- DDP as users run it: not run in this build." in text
+
+
+# ------------------------------------------------------------------ Figures 6 and 8 over seeds
+
+#: One real scale-model run of paper_topology (cdc, coded, multicast, r = 2, on the bus): the
+#: template the tests of Figures 6 and 8 vary.
+TEMPLATE = Path(__file__).parent / "data" / "topology_run.json"
+
+
+def _like(step_s: float, seed: int, **fields) -> dict:
+    """The template run with this seed, this median step (the emulated cluster's) and
+    ``fields`` (``netem``: the network's fields; ``straggle``: the straggler model's)."""
+    s = copy.deepcopy(json.loads(TEMPLATE.read_text()))
+    s["seed"] = seed
+    for times in ("time_s", "time_s_undilated"):
+        s[times] = {**s[times], "step_median": step_s, "step_mean": step_s, "step_p95": step_s}
+    s["environment"]["netem"].update(fields.pop("netem", {}))
+    s["straggle"] = {**s["straggle"], **fields.pop("straggle", {})}
+    s.update(fields)
+    return s
+
+
+def _topology_sweeps(tmp_path, ddp, multicast, direct):
+    """Figure 6's two sweeps on the bus, each list one step (s) per seed."""
+    cdc = dict(algorithm="cdc", shuffle="coded", redundancy=2, netem={"topology": "bus"})
+    _fake_sweep(
+        tmp_path,
+        "paper_topology_base",
+        [_like(t, s, algorithm="ddp", netem={"topology": "bus"}) for s, t in enumerate(ddp)],
+    )
+    _fake_sweep(
+        tmp_path,
+        "paper_topology",
+        [_like(t, s, **cdc, transport="multicast") for s, t in enumerate(multicast)]
+        + [_like(t, s, **cdc, transport="direct") for s, t in enumerate(direct)],
+    )
+
+
+def test_figure_6_pays_only_where_the_ratios_paired_by_seed_lie_below_1(tmp_path):
+    from paper import figure_topology
+
+    _topology_sweeps(tmp_path, [0.100, 0.104, 0.096], [0.070, 0.072, 0.068], [0.09, 0.093, 0.087])
+    rows = figure_topology.compute(tmp_path, "small")
+    multicast = next(x for x in rows if x["transport"] == "multicast")
+    assert multicast["seeds"] == 3 and multicast["step_ms"] == pytest.approx(70.0)
+    ratios = [0.070 / 0.100, 0.072 / 0.104, 0.068 / 0.096]  # paired by seed, not by mean
+    assert multicast["vs_ddp"] == pytest.approx(sum(ratios) / 3)
+    said = figure_topology.section(tmp_path, "small")
+    assert "Coding with real multicast **pays** here" in said
+    assert "3 seeds" in said and "DDP takes 100 ms a step" in said
+
+    # one seed the other way: the interval holds 1, and the section says so
+    _topology_sweeps(
+        tmp_path / "noisy", [0.100, 0.100, 0.100], [0.070, 0.130, 0.090], [0.2, 0.2, 0.2]
+    )
+    said = figure_topology.section(tmp_path / "noisy", "small")
+    assert "is **within noise** here: it is faster than the same shuffle over TCP" in said
+    assert "not told apart from DDP" in said
+
+
+def _straggler_sweeps(tmp_path, ddp_slow, cdc_slow, cdc_waiting_slow, bits="same"):
+    """Figure 8's sweeps, three seeds: DDP and cdc r = 3 (s = 0 and s = 2), clean at 100 ms
+    (cdc's bits one hash a seed) and under a slow worker at these steps (s) per seed."""
+    stall = {"model": "stall", "p": 0.1, "stall_ms": 500}
+
+    def runs(step, label_fields, slow_steps, sha):
+        out = []
+        for seed in range(3):
+            common = dict(**label_fields, param_sha256=f"{sha}{seed}")
+            out.append(_like(0.100, seed, **common, straggle={"model": "none"}))
+            out.append(_like(slow_steps[seed], seed, **common, straggle={"model": "slow"}))
+            out.append(_like(step, seed, **common, straggle=stall))
+        return out
+
+    cdc = dict(algorithm="cdc", shuffle="summed", redundancy=3, transport="direct")
+    _fake_sweep(tmp_path, "paper_stragglers_base", runs(0.3, {"algorithm": "ddp"}, ddp_slow, "d"))
+    changed = "x" if bits == "changed" else "c"
+    _fake_sweep(
+        tmp_path,
+        "paper_stragglers",
+        runs(0.2, {**cdc, "stragglers": 0}, cdc_waiting_slow, "c")
+        + runs(0.15, {**cdc, "stragglers": 2}, cdc_slow, "c")[:1]
+        + [
+            {**x, "param_sha256": changed + x["param_sha256"][1:]}
+            for x in runs(0.15, {**cdc, "stragglers": 2}, cdc_slow, "c")[1:]
+        ],
+    )
+
+
+def test_figure_8_judges_not_waiting_by_ratios_paired_by_seed(tmp_path):
+    from paper import figure_stragglers
+
+    _straggler_sweeps(tmp_path, [0.30, 0.32, 0.28], [0.15, 0.16, 0.14], [0.29, 0.30, 0.28])
+    rows = figure_stragglers.compute(tmp_path, "small")
+    slow = next(x for x in rows if (x["run"], x["straggle"]) == ("cdc r=3 s=2", "slow"))
+    assert slow["seeds"] == 3
+    assert slow["vs_ddp"] == pytest.approx((0.15 / 0.30 + 0.16 / 0.32 + 0.14 / 0.28) / 3)
+    assert slow["vs_clean"] == pytest.approx(1.5)
+    assert slow["same_bits_as_clean"] is True
+    # the stalls' prediction is each seed's own clean mean plus 500 ms times P[> 2 of 4 stall]
+    stalled = next(x for x in rows if (x["run"], x["straggle"]) == ("cdc r=3 s=2", "stall"))
+    expected = 0.100 + 0.5 * figure_stragglers.p_more_than(2, 4, 0.1)
+    assert stalled["predicted_mean_ms"] == pytest.approx(1e3 * expected)
+    said = figure_stragglers.section(tmp_path, "small")
+    line = next(x for x in said.splitlines() if x.startswith("- **dnn, one slow worker**"))
+    assert "0.50x [0.50, 0.50] DDP's: faster than DDP" in line
+    assert "not waiting is 0.52x" in line and ": faster than waiting" in line
+    assert "Not waiting changed no bit" in said
+
+    _straggler_sweeps(
+        tmp_path / "changed", [0.3] * 3, [0.15, 0.16, 0.14], [0.29] * 3, bits="changed"
+    )
+    said = figure_stragglers.section(tmp_path / "changed", "small")
+    assert "**Bits changed** in 2 cdc configurations: a bug." in said
+
+
+def test_figure_10_refits_the_model_on_the_builds_runs_and_bands_by_its_held_out_error():
+    """The refit's costs are the runs' own: a family the runs hold is refitted (its band its
+    worst error on the held-out K), one they do not hold keeps the shipped costs and its
+    stated error."""
+    from dcoded.predict import Calibration, stated_error
+    from paper import figure_scaling
+    from paper.results import Run
+
+    recorded = json.loads((Path(__file__).parent / "data" / "scaling_runs.json").read_text())
+    direct = [
+        Run(Path("."), s)
+        for s in recorded
+        if s["algorithm"] == "ddp" or s.get("transport") == "direct"
+    ]
+    cal = figure_scaling.refit(direct)
+    shipped = Calibration.load()
+    assert set(cal.fitted_on["runs"]) == {"ddp", "cdc-direct"}
+    assert cal.costs["cdc-multicast"] == shipped.costs["cdc-multicast"]  # not in the runs
+    for family in ("ddp", "cdc-direct"):
+        worst = cal.fitted_on["error_pct"][family]["held_out"]
+        assert worst is not None and figure_scaling.error_of(cal, family, "switch") == worst
+    assert figure_scaling.error_of(cal, "cdc-multicast", "bus") == stated_error(
+        "cdc-multicast", "bus", held_out=True
+    )
+    # Figure 10's bands are those errors
+    row = next(x for x in figure_scaling.predicted_rows(cal) if x["network"] == "switch")
+    assert row["ddp_err_pct"] == figure_scaling.error_of(cal, "ddp", "switch")
