@@ -1,10 +1,11 @@
 """Figures 9 and 10: how the trade-off moves as K grows.
 
-Figure 9, measured: the median step against K = 4..16 on the switch (TCP), the bus (multicast)
-and racks of 4 behind uplinks oversubscribed 2:1 and 4:1 (multicast), for DDP and for cdc at
-its best r with each shuffle (coded, summed; hybrid and g = 4 on the switch), each beside its
-communication bound on that topology and beside what :mod:`dcoded.predict` predicts from the
-run's configuration alone. Reads the ``paper_scaling*`` sweeps.
+Figure 9, measured: the median step against K = 4..16 on the switch (TCP) under the scale
+model, for DDP and for cdc at its best r with each shuffle (coded, summed), each beside its
+communication bound on that topology and beside what :mod:`dcoded.predict`, refitted on these
+runs (:func:`refit`), predicts from the run's configuration alone. Reads ``paper_scaling`` and
+``paper_scaling_base``, and the sweeps run by hand (:data:`BY_HAND`: the bus, racks and
+clusters of 4) where they have run.
 
 Figure 10, predicted only (no run): the step against K = 16..1024 for DDP and cdc's best
 layout on each topology, at 10 and 100 Gbit/s, for d = 0.1 M, 25 M and 350 M, with the
@@ -28,6 +29,7 @@ from dcoded.predict import (
 )
 from dcoded.topology import phase_bounds
 from paper import output, paths
+from paper.cache import COMPLETE
 from paper.results import Run, failed, load
 
 #: The sweeps Figure 9 reads, and the network each measured.
@@ -132,6 +134,41 @@ def measured_rows(every: list[Run], cal: Calibration | None = None) -> list[dict
             }
         )
     return rows
+
+
+#: Runs of this build at K = 4 that the refit reads beside Figure 9's (where they have run):
+#: Figure 6's, cdc over TCP and as multicast on a switch, a bus and racks, and DDP on each.
+ALSO_FITTED = ("paper_topology", "paper_topology_base")
+
+
+def refit(every: list[Run], results: Path | None = None, size: str = "small") -> Calibration:
+    """The model refitted on this build's runs (:func:`dcoded.predict.calibrate.fit`, K =
+    :data:`HELD_OUT_K` held out, a scale-model run outside its fidelity left out): Figure 9's
+    (``every``) and, with ``results``, those of :data:`ALSO_FITTED` that have run. The costs of
+    every family these runs hold, and one worker's compute rate, as this build measured them;
+    a family they do not hold keeps the shipped calibration's costs (and its stated error,
+    :func:`error_of`)."""
+    from dcoded.predict.calibrate import fit
+
+    more = []
+    for name in ALSO_FITTED if results is not None else ():
+        if (paths.sweep_dir(results, size, name) / COMPLETE).exists():
+            more += load(results, size, name, failed_ok=True)
+    shipped = Calibration.load()
+    fitted = fit([r.summary for r in [*every, *more]], shipped.compute, hold_out=HELD_OUT_K)
+    refitted = set(fitted.fitted_on.get("runs", {}))
+    costs = {**shipped.costs, **{f: c for f, c in fitted.costs.items() if f in refitted}}
+    return Calibration(costs, fitted.compute, fitted.fitted_on)
+
+
+def error_of(cal: Calibration, family: str, topology: str) -> float:
+    """The error (percent) a prediction past the fitted K is drawn with: the worst held-out
+    error of ``cal``'s own fit for the family, where that fit held runs out; else the error
+    the shipped model is held to (:func:`dcoded.predict.stated_error`)."""
+    found = (cal.fitted_on.get("error_pct") or {}).get(family) or {}
+    if found.get("held_out") is not None:
+        return float(found["held_out"])
+    return stated_error(family, topology, held_out=True)
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
@@ -252,12 +289,8 @@ def _predict_all(cal: Calibration) -> list[dict]:
                             best = p
                     s = best.scenario if best else None
                     # beyond the fitted K every point is an extrapolation: the held-out error
-                    ddp_err = stated_error("ddp", net["topology"], held_out=True)
-                    cdc_err = (
-                        stated_error(f"cdc-{s.transport}", net["topology"], held_out=True)
-                        if s
-                        else None
-                    )
+                    ddp_err = error_of(cal, "ddp", net["topology"])
+                    cdc_err = error_of(cal, f"cdc-{s.transport}", net["topology"]) if s else None
                     rows.append(
                         {
                             "workload": workload,
@@ -327,19 +360,20 @@ def crossovers(rows: list[dict]) -> list[dict]:
 
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
-    cal = Calibration.load()
-    rows = measured_rows(runs(results, size), cal)
+    every = runs(results, size)
+    cal = refit(every, results, size)
+    rows = measured_rows(every, cal)
     table = best_rows(rows)
-    draw_measured(table, out)
+    draw_measured(table, out, links(every))
     output.write_table(
         table,
         COLUMNS,
         paths.tables(out) / "fig9_scaling",
-        "Figure 9: median ms per step against K (dnn, d = 109,386, B = 960, 25 Mbit/s links "
-        "with 80 ms queues), each scheme at its fastest r; bound: the communication bound on "
-        "that network; predicted: `python -m dcoded.predict` from the run's configuration "
-        f"(K = {', '.join(map(str, HELD_OUT_K))} held out of its fit); vs_ddp: over DDP's "
-        "step on the same network and K.",
+        f"Figure 9: median ms per step against K (dnn, d = 109,386, B = 960, {links(every)}), "
+        "each scheme at its fastest r; bound: the communication bound on that network; "
+        "predicted: the model refitted on these runs (`dcoded.predict`, K = "
+        f"{', '.join(map(str, HELD_OUT_K))} held out of its fit) from each run's "
+        "configuration; vs_ddp: over DDP's step on the same network and K.",
     )
     output.write_table(
         rows,
@@ -360,14 +394,33 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     draw_predicted(cal, out, table)
 
 
-def draw_measured(table: list[dict], out: Path) -> None:
+def links(every: list[Run]) -> str:
+    """The measured runs' links in words: their rates and queues, and whether the scale model
+    ran them."""
+    nets = [r.summary["environment"].get("netem") or {} for r in every]
+    rates = sorted({n.get("bandwidth_mbit") for n in nets if n.get("bandwidth_mbit")})
+    queues = sorted({n.get("queue_ms") for n in nets if n.get("queue_ms")})
+    said = f"{' and '.join(f'{x:g}' for x in rates)} Mbit/s links" if rates else "links"
+    if queues:
+        said += f" with {' and '.join(f'{x:g}' for x in queues)} ms queues"
+    if every and all(r.summary.get("scale_model") for r in every):
+        said += ", a host of one core per worker (the scale model)"
+    return said
+
+
+def draw_measured(table: list[dict], out: Path, conditions: str = "") -> None:
     """Figure 9 from its table (:func:`best_rows`): a panel per network, two to a row, so
     that it reads at the width of a page."""
     plt = output.pyplot()
     networks = [n for n in NETWORK_ORDER if any(x["network"] == n for x in table)]
+    n_cols = min(2, len(networks))  # one network: one panel, no empty half
     n_rows = (len(networks) + 1) // 2
     fig, axes = plt.subplots(
-        n_rows, 2, figsize=(11, 4.4 * n_rows), squeeze=False, constrained_layout=True
+        n_rows,
+        n_cols,
+        figsize=(5.5 * n_cols + 1, 4.4 * n_rows),
+        squeeze=False,
+        constrained_layout=True,
     )
     for ax, network in zip(axes.flat, networks, strict=False):
         mine = [x for x in table if x["network"] == network]
@@ -396,7 +449,8 @@ def draw_measured(table: list[dict], out: Path) -> None:
     for ax in list(axes.flat)[len(networks) :]:
         ax.set_visible(False)
     fig.suptitle(
-        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960, 25 Mbit/s",
+        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960"
+        + (f"\n{conditions}" if conditions else ""),
         fontsize=12,
     )
     output.save_figure(fig, paths.figures(out) / "fig9_scaling.png")
@@ -430,7 +484,7 @@ def draw_predicted(cal: Calibration, out: Path, measured: list[dict]) -> None:
     fig, axes = plt.subplots(
         len(WORKLOADS),
         len(NETWORKS),
-        figsize=(4.2 * len(NETWORKS), 3.4 * len(WORKLOADS)),
+        figsize=(3.4 * len(NETWORKS), 3.0 * len(WORKLOADS)),
         squeeze=False,
     )
     for i, workload in enumerate(WORKLOADS):
@@ -471,8 +525,8 @@ def draw_predicted(cal: Calibration, out: Path, measured: list[dict]) -> None:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(
         "Figure 10 (PREDICTED by dcoded.predict, not measured): DDP and cdc's best layout; "
-        "bands: the model's stated held-out error",
-        fontsize=11,
+        "bands: its error on the K held out of its fit",
+        fontsize=10,
     )
     fig.tight_layout()
     output.save_figure(fig, paths.figures(out) / "fig10_predicted.png")
@@ -508,6 +562,8 @@ def _two_cores(every: list, cal) -> str:
 
     from dcoded.predict import predict, scenario_of
 
+    if every and all(r.summary.get("scale_model") for r in every):
+        return ""  # each host had a core of its own: nothing was shared
     plain = [
         r
         for r in every
@@ -568,10 +624,8 @@ def _largest(every: list, K: int) -> list:
 
 def section(results: Path, size: str) -> str:
     """How the trade-off moves with K: measured to 16 beside bound and model, predicted past."""
-    from dcoded.predict import Calibration, stated_error
-
-    cal = Calibration.load()
     measured = runs(results, size)  # read once for the table and the text
+    cal = refit(measured, results, size)
     every = measured_rows(measured, cal)
     best = best_rows(every)
     out = []
@@ -636,7 +690,8 @@ def section(results: Path, size: str) -> str:
             else "slower than DDP at every K measured."
         )
         out.append(line)
-    out.append(_two_cores(measured, cal))
+    if shared := _two_cores(measured, cal):
+        out.append(shared)
     for x in failures(results, size):
         out.append(f"- failed, not in the table: `{x['experiment']}` {x['run']}: {x['error']}")
     rows = every
@@ -644,13 +699,19 @@ def section(results: Path, size: str) -> str:
     out.append("")
     out.append(
         "**The model** (`python -m dcoded.predict`): a step is compute + link time + messages + "
-        "per-step costs, from the configuration alone. Compute: one worker's rate measured here "
+        "per-step costs, from the configuration alone. Compute: one worker's rate "
         f"({cal.compute['dnn']['samples_per_s']:,.0f} samples/s and "
-        f"{1e3 * cal.compute['dnn']['per_call_s']:.2f} ms a call, one torch thread, "
-        "`--measure-rate`), times K / cores on this shared machine. Link time: the communication "
-        "bound of every phase on the topology. Fitted once per family on the runs at K = "
+        f"{1e3 * cal.compute['dnn']['per_call_s']:.2f} ms a call, one torch thread), "
+        + (
+            "on a host of its own (the scale model)"
+            if measured and all(r.summary.get("scale_model") for r in measured)
+            else "times K / cores on this shared machine"
+        )
+        + ". Link time: the communication bound of every phase on the topology. Refitted for "
+        "this report, once per family, on the runs above and Figure 6's (K = 4) at K = "
         f"{', '.join(str(k) for k in sorted({x['K'] for x in rows if not x['held_out']}))} "
-        f"(K = {', '.join(map(str, HELD_OUT_K))} held out):"
+        f"(K = {', '.join(map(str, HELD_OUT_K))} held out); a family these runs do not hold "
+        "keeps the shipped calibration (`dcoded/calibration.json`):"
     )
     for family, c in costs.items():
         out.append(
@@ -693,12 +754,14 @@ def section(results: Path, size: str) -> str:
         )
         + " (a GPU worker's order of magnitude, assumed); racks of 32 behind 4:1 uplinks, a fat "
         "tree of such racks 8 to a pod, 4:1 again to the core; DDP's buckets of 25 MB overlap "
-        "the backward pass; the software costs are those fitted here, on Dask and two shared "
-        "cores, so the per-message and per-step terms are this machine's, not a data centre's; "
-        "no measured run shares these rates and sizes (they are at 25 Mbit/s, d = 0.1 M), so "
-        "none is drawn in Figure 10. Every point past the fitted K is an extrapolation, so "
-        "each line's band is the model's stated held-out error for its family and topology "
-        "(DDP's, and that of cdc's best layout's transport). The least K at which cdc's best "
+        "the backward pass; the software costs are those refitted above, on Dask and this "
+        "machine's kernel, so the per-message and per-step terms are this machine's, not a "
+        f"data centre's; no measured run shares these rates and sizes (they are at "
+        f"{links(measured)}, d = 0.1 M), so none is drawn in Figure 10. Every point past the "
+        "fitted K is an extrapolation, so each line's band is the refit's worst error on its "
+        "held-out K for the family (DDP's, and that of cdc's best layout's transport; a family "
+        "not refitted here: the shipped model's stated held-out error). The least K at which "
+        "cdc's best "
         "layout is predicted faster than DDP, and the least at which it is faster by more than "
         "both errors (cdc's upper edge below DDP's lower one; none: the bands overlap at every "
         "K):"
