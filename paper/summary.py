@@ -174,7 +174,7 @@ def stragglers(results: Path, size: str) -> list[str]:
     for x in rows:
         tolerant = x["run"].startswith("cdc") and not x["run"].endswith("s=0")
         s = x["_stats"]["vs_ddp"]
-        if not tolerant or x["straggle"] == "none" or not s:
+        if not tolerant or x["straggle"] == "none" or not s or s.get("mean") is None:
             continue
         what = {"slow": "one slow worker", "stall": "stalls"}[x["straggle"]]
         out.append(

@@ -92,8 +92,8 @@ def pays(over_ddp: dict, over_tcp: dict | None) -> str:
     )
     if all(v == 1 for _, v in against):
         return (
-            "**pays** here: its step's ratio to DDP's and to the same shuffle's over TCP, paired "
-            "by seed, lie wholly below 1."
+            f"**pays** here: its step's ratio to {' and to '.join(n for n, _ in against)}, "
+            "paired by seed, lies wholly below 1."
         )
     faster = [name for name, v in against if v == 1]
     slower = [name for name, v in against if v == -1]
