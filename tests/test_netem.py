@@ -1386,14 +1386,13 @@ def test_cdc_at_K_16_r_3_on_a_dropping_switch_runs_and_equals_serial(tmp_path, m
         "experiment=paper_scaling",
         "model=dnn",
         "cluster.n_workers=16",
-        "cluster.bandwidth_mbit=25",
-        "cluster.queue_ms=20",
         "coding.redundancy=3",
         "coding.shuffle=coded",
         "train.steps=4",
     ]
+    links = ["cluster.bandwidth_mbit=25", "cluster.queue_ms=20"]  # the emulated switch's
     serial = dcoded.run.run(compose_config([*common, "algorithm=serial", "cluster=local"]))
-    got = dcoded.run.run(compose_config([*common, "algorithm=cdc"]), out_dir=tmp_path)
+    got = dcoded.run.run(compose_config([*common, *links, "algorithm=cdc"]), out_dir=tmp_path)
     assert got["status"] == "finished" and got["steps_done"] == 4
     assert got["param_sha256"] == serial["param_sha256"]
     assert got["environment"]["netem"]["bandwidth_mbit"] == 25.0
