@@ -18,7 +18,7 @@ from pathlib import Path
 from dcoded.results import interval
 from paper import output, paths
 from paper.results import Run, load
-from paper.table_time import ci, versus
+from paper.table_time import ci, ratio, versus
 from paper.verdicts import beyond_noise
 
 MODELS = ("none", "slow", "stall")
@@ -244,13 +244,6 @@ def _band(steps: dict[int, float]) -> tuple[float | None, float | None]:
     return (1e3 * s["lo"], 1e3 * s["hi"]) if s["lo"] is not None else (None, None)
 
 
-def _ratio(s: dict | None) -> str:
-    if not s or s.get("mean") is None:
-        return "n/a"
-    band = ci(s["lo"], s["hi"], 2)
-    return f"{s['mean']:.2f}x" + (f" {band}" if band else "")
-
-
 def _than(s: dict | None, what: str) -> str:
     """``faster than`` / ``slower than`` / ``not told apart from`` ``what``, by the interval."""
     said = {1: "faster than", -1: "slower than", 0: "not told apart from"}[beyond_noise(s)]
@@ -283,19 +276,20 @@ def section(results: Path, size: str) -> str:
                 continue
             best = min(mine, key=lambda x: x["step_ms"])
             waiting = find(model, best["run"].rsplit(" ", 1)[0] + " s=0", straggle)
+            own = ratio(ddp["_stats"]["vs_clean"], mark="x")
             line = (
                 f"- **{model}, {what}** ({best['seeds']} seeds): DDP takes "
-                f"{ddp['step_ms']:.0f} ms a step ({_ratio(ddp['_stats']['vs_clean'])} its own "
-                f"without them); {best['run']} takes {best['step_ms']:.0f} ms "
-                f"({_ratio(best['_stats']['vs_clean'])} its own, "
-                f"{_ratio(best['_stats']['vs_ddp'])} DDP's: "
+                f"{ddp['step_ms']:.0f} ms a step ({own} its own without them); "
+                f"{best['run']} takes {best['step_ms']:.0f} ms "
+                f"({ratio(best['_stats']['vs_clean'], mark='x')} its own, "
+                f"{ratio(best['_stats']['vs_ddp'], mark='x')} DDP's: "
                 f"{_than(best['_stats']['vs_ddp'], 'DDP')})"
             )
             if waiting:
                 against = versus(best["_stats"]["steps"], waiting["_stats"]["steps"], "ratio")
                 line += (
                     f"; waiting for every map took {waiting['step_ms']:.0f} ms, so not waiting "
-                    f"is {_ratio(against)} of it: {_than(against, 'waiting')}"
+                    f"is {ratio(against, mark='x')} of it: {_than(against, 'waiting')}"
                 )
             asgd = find(model, "asgd", straggle)
             if asgd:
@@ -310,8 +304,8 @@ def section(results: Path, size: str) -> str:
                 cost = versus(clean["_stats"]["steps"], zero["_stats"]["steps"], "ratio")
                 out.append(
                     f"  - {run} with no straggler: {clean['step_ms']:.0f} ms against "
-                    f"{zero['step_ms']:.0f} ms waiting for every map ({_ratio(cost)}): the cost "
-                    "of watching."
+                    f"{zero['step_ms']:.0f} ms waiting for every map "
+                    f"({ratio(cost, mark='x')}): the cost of watching."
                 )
         stalls = [x for x in rows if x["model"] == model and x["straggle"] == "stall"]
         judged = [x for x in stalls if x["mean_vs_predicted"] is not None]

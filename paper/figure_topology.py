@@ -17,7 +17,7 @@ from dcoded.results import interval
 from dcoded.topology import EMULATED, phase_bounds
 from paper import output, paths
 from paper.results import Run, load
-from paper.table_time import ci, versus
+from paper.table_time import ci, ratio, versus
 from paper.verdicts import pays
 
 COLUMNS = [
@@ -198,14 +198,6 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     )
 
 
-def _times(s: dict | None) -> str:
-    """A ratio paired by seed: ``0.74x [0.72, 0.76]`` (``n/a`` where no seed paired)."""
-    if not s or s.get("mean") is None:
-        return "n/a"
-    band = ci(s["lo"], s["hi"], 2)
-    return f"{s['mean']:.2f}x" + (f" {band}" if band else "")
-
-
 def section(results: Path, size: str) -> str:
     """Where coding pays: every topology's fastest coded runs, and the paper's claim on each,
     judged over the seeds."""
@@ -241,14 +233,14 @@ def section(results: Path, size: str) -> str:
         if cm:
             line += (
                 f" The coded shuffle as multicast, at its best r = {cm['r']} (1 < r < K), takes "
-                f"{cm['step_ms']:.0f} ms, {_times(cm['_vs_ddp'])} DDP's"
+                f"{cm['step_ms']:.0f} ms, {ratio(cm['_vs_ddp'], mark='x')} DDP's"
             )
             if cd:
                 same = at("coded", "direct", cm["r"])
                 line += f"; over TCP at its best r = {cd['r']}, {cd['step_ms']:.0f} ms"
                 if same:
                     over_tcp = versus(cm["_steps"], same["_steps"], "ratio")
-                    line += f" (multicast over TCP at r = {cm['r']}: {_times(over_tcp)})"
+                    line += f" (multicast over TCP at r = {cm['r']}: {ratio(over_tcp, mark='x')})"
             summed = at("summed", "multicast", cm["r"])
             if summed:
                 line += f"; the summed shuffle at the same r, {summed['step_ms']:.0f} ms"

@@ -91,6 +91,19 @@ def ci(lo: float | None, hi: float | None, digits: int = 1) -> str | None:
     return None if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def ratio(s: dict | None, digits: int = 2, mark: str = "×") -> str:
+    """A ratio over seeds (:func:`versus`) as the text prints it: ``0.74× [0.72, 0.76]``
+    (``n/a`` where no seed paired).
+
+    >>> ratio({"mean": 0.7351, "lo": 0.72, "hi": 0.75}), ratio({"mean": None}, mark="x")
+    ('0.74× [0.72, 0.75]', 'n/a')
+    """
+    if not s or s.get("mean") is None:
+        return "n/a"
+    band = ci(s["lo"], s["hi"], digits)
+    return f"{s['mean']:.{digits}f}{mark}" + (f" {band}" if band else "")
+
+
 def runs(results: Path, size: str, experiments: tuple[str, ...] = READS) -> list[Run]:
     """The runs of Table 1's sweeps (``experiments``: the same table on other data)."""
     return [r for e in experiments for r in load(results, size, e)]
