@@ -77,31 +77,48 @@ def plain(steps: int, batch: int, lr: float) -> None:
     dist.destroy_process_group()
 
 
-def run_plain(args) -> dict:
-    """The plain script under ``torchrun`` on this host: what its rank 0 printed."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={args.workers}",
-            __file__,
-            "--steps",
-            str(args.steps),
-            "--batch",
-            str(args.batch),
-            "--lr",
-            str(args.lr),
-        ],
-        capture_output=True,
-        text=True,
-        env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    if out.returncode:  # torchrun's own message says little: the ranks' last lines say why
+def run_plain(args, tries: int = 2) -> dict:
+    """The plain script under ``torchrun`` on this host: what its rank 0 printed.
+
+    A launch whose ranks die before rank 0 prints (gloo aborting while it connects its ranks,
+    seen on a loaded host) is launched again, ``tries`` times in all; the last failure is raised
+    with the ranks' last lines. A launch that printed is never repeated: its time is the one
+    measured."""
+    for attempt in range(1, tries + 1):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={args.workers}",
+                __file__,
+                "--steps",
+                str(args.steps),
+                "--batch",
+                str(args.batch),
+                "--lr",
+                str(args.lr),
+            ],
+            capture_output=True,
+            text=True,
+            env={"GLOO_SOCKET_IFNAME": "lo", **os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        said = [s for s in out.stdout.splitlines() if s.startswith("{")]
+        if out.returncode == 0 and said:
+            return json.loads(said[-1])
+        # torchrun's own message says little: the ranks' last lines say why
         tail = "\n".join((out.stdout + out.stderr).splitlines()[-25:])
-        raise RuntimeError(f"the plain DDP script failed (status {out.returncode}):\n{tail}")
-    return json.loads([s for s in out.stdout.splitlines() if s.startswith("{")][-1])
+        if attempt < tries:
+            print(
+                f"the plain DDP script failed (status {out.returncode}), launching it again:\n"
+                f"{tail}",
+                file=sys.stderr,
+                flush=True,
+            )
+    raise RuntimeError(
+        f"the plain DDP script failed {tries} times (last status {out.returncode}):\n{tail}"
+    )
 
 
 def run_dcoded(args, folder: Path) -> float:

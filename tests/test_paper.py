@@ -1411,3 +1411,30 @@ def test_figure_10_refits_the_model_on_the_builds_runs_and_bands_by_its_held_out
     # Figure 10's bands are those errors
     row = next(x for x in figure_scaling.predicted_rows(cal) if x["network"] == "switch")
     assert row["ddp_err_pct"] == figure_scaling.error_of(cal, "ddp", "switch")
+
+
+def test_the_plain_ddp_script_is_launched_again_only_when_its_ranks_died(monkeypatch, capsys):
+    """A torchrun whose ranks abort before rank 0 prints (gloo connecting on a loaded host) is
+    launched once more; a launch that printed is kept; two failures raise with the ranks'
+    lines."""
+    import subprocess
+
+    from paper import ddp_plain
+
+    outcomes = []
+
+    def fake_run(cmd, **kw):
+        code, stdout = outcomes.pop(0)
+        return subprocess.CompletedProcess(cmd, code, stdout, "rank 0 aborted (SIGABRT)\n")
+
+    monkeypatch.setattr(ddp_plain.subprocess, "run", fake_run)
+    args = argparse.Namespace(workers=2, steps=14, batch=32, lr=0.05)
+    ok = '{"d": 109386, "step_median_s": 0.01}\n'
+    outcomes[:] = [(-6, ""), (0, ok)]
+    assert ddp_plain.run_plain(args) == {"d": 109386, "step_median_s": 0.01}
+    assert "launching it again" in capsys.readouterr().err and not outcomes
+    outcomes[:] = [(0, ok), (0, '{"d": 1, "step_median_s": 9}\n')]
+    assert ddp_plain.run_plain(args)["d"] == 109386 and len(outcomes) == 1
+    outcomes[:] = [(-6, ""), (1, "")]
+    with pytest.raises(RuntimeError, match=r"(?s)failed 2 times.*SIGABRT"):
+        ddp_plain.run_plain(args)
