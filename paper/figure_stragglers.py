@@ -85,6 +85,41 @@ def predicted_mean(run: Run, clean: Run | None) -> float | None:
     return clean["time_s"]["step_mean"] + st["stall_ms"] / 1000 * more
 
 
+def described(run: Run) -> str:
+    """The straggler model a run met, in words, read from the run.
+
+    >>> from paper.results import Run
+    >>> described(Run(None, {"straggle": {"model": "stall", "p": 0.1, "stall_ms": 500}}))
+    'stalls (p = 0.1, 500 ms)'
+    >>> described(Run(None, {"straggle": {"model": "slow", "workers": [1], "speed": 0.33}}))
+    'one slow worker (rank 1 at 0.33 of its core)'
+    """
+    st = run["straggle"]
+    if st["model"] == "stall":
+        return f"stalls (p = {st['p']:g}, {st['stall_ms']:g} ms)"
+    if st["model"] == "slow":
+        ranks = list(st.get("workers") or [])
+        if not ranks or st.get("speed") is None:
+            return "slow workers"
+        who = "one slow worker" if len(ranks) == 1 else f"{len(ranks)} slow workers"
+        which = "rank" if len(ranks) == 1 else "ranks"
+        return f"{who} ({which} {', '.join(map(str, ranks))} at {st['speed']:g} of its core)"
+    return "no straggler" if st["model"] == "none" else st["model"]
+
+
+def conditions(results: Path, size: str) -> dict:
+    """What Figure 8's runs met, read from them: ``where`` (K and the links) and, per
+    straggler model, its words (:func:`described`)."""
+    runs = [*load(results, size, "paper_stragglers_base"), *load(results, size, "paper_stragglers")]
+    first = runs[0]
+    mbit = first.bandwidth_mbit
+    links = f"a {mbit:g} Mbit/s switch" if mbit else "this host's loopback"
+    said = {"where": f"K = {first['n_workers']} on {links}"}
+    for run in runs:
+        said.setdefault(run["straggle"]["model"], described(run))
+    return said
+
+
 def _steps(by_seed: dict[int, Run], stalls: bool) -> dict[int, float]:
     """Each seed's step (s): its median, but where stalls are compared (``stalls``) its mean (a
     stall hits about a third of the steps at p = 0.1 and K = 4, so the median of a short run
@@ -177,6 +212,7 @@ def compute(results: Path, size: str) -> list[dict]:
 
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     rows = compute(results, size)
+    said = conditions(results, size)
     plt = output.pyplot()
     models = list(dict.fromkeys(x["model"] for x in rows))
     fig, axes = plt.subplots(
@@ -224,14 +260,14 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         rows,
         COLUMNS,
         paths.tables(out) / "fig8_stragglers",
-        "Figure 8: ms per step with no straggler, one slow worker (rank 1 at a third of its "
-        "host's core) and stalls (p = 0.1, 500 ms before a worker's computation), K = 4 on a "
-        "100 Mbit/s switch; over the seeds, the mean of each seed's median step (under stalls "
+        f"Figure 8: ms per step with no straggler, {said.get('slow', 'a slow worker')} and "
+        f"{said.get('stall', 'stalls')} (a stall comes before a worker's computation), "
+        f"{said['where']}; over the seeds, the mean of each seed's median step (under stalls "
         "its mean step), with its 95% interval, and of its 95th percentile and mean step; "
         "vs_clean: over the same run without stragglers, vs_ddp: over DDP's under the same "
         "stragglers, each paired by seed (under stalls, mean over mean); "
-        "predicted: the stalls' mean step by order statistics (clean mean + 500 ms · P[more "
-        "than s of 4 stall]); same_bits: every seed's param_sha256 equal to the same seed's "
+        "predicted: the stalls' mean step by order statistics (clean mean + the stall · P[more "
+        "than s of K stall]); same_bits: every seed's param_sha256 equal to the same seed's "
         "without stragglers; backup: bytes per worker per step of plain values sent in place "
         "of what a worker that gave up did not send, beside the closed form's most; "
         "steps_not_waiting: over every seed.",
@@ -255,6 +291,7 @@ def section(results: Path, size: str) -> str:
     not waiting buys back, at what price in bytes, and that no bit changed; every ratio paired
     by seed, with its interval."""
     rows = compute(results, size)
+    said = conditions(results, size)
     # the report's table leaves these out; the CSV of every column keeps them
     apart = ("backup_bytes", "theory_backup_bytes", "steps_not_waiting", "test_accuracy")
     shown = [c for c in COLUMNS if c not in apart]
@@ -269,7 +306,10 @@ def section(results: Path, size: str) -> str:
     for model in dict.fromkeys(x["model"] for x in rows):
         cdc = sorted({x["run"] for x in rows if x["model"] == model and x["run"].startswith("cdc")})
         tolerant = [run for run in cdc if not run.endswith("s=0")]
-        for straggle, what in (("slow", "one slow worker"), ("stall", "stalls (p = 0.1, 500 ms)")):
+        for straggle in ("slow", "stall"):
+            # "one slow worker (rank 1 at 0.33 of its core)": the name bold, its terms after
+            what, _, terms = said.get(straggle, straggle).partition(" (")
+            terms = f"{terms.rstrip(')')}; " if terms else ""
             ddp = find(model, "ddp", straggle)
             mine = [x for run in tolerant if (x := find(model, run, straggle))]
             if not ddp or not mine:
@@ -278,7 +318,7 @@ def section(results: Path, size: str) -> str:
             waiting = find(model, best["run"].rsplit(" ", 1)[0] + " s=0", straggle)
             own = ratio(ddp["_stats"]["vs_clean"], mark="x")
             line = (
-                f"- **{model}, {what}** ({best['seeds']} seeds): DDP takes "
+                f"- **{model}, {what}** ({terms}{best['seeds']} seeds): DDP takes "
                 f"{ddp['step_ms']:.0f} ms a step ({own} its own without them); "
                 f"{best['run']} takes {best['step_ms']:.0f} ms "
                 f"({ratio(best['_stats']['vs_clean'], mark='x')} its own, "
@@ -309,10 +349,12 @@ def section(results: Path, size: str) -> str:
                 )
         stalls = [x for x in rows if x["model"] == model and x["straggle"] == "stall"]
         judged = [x for x in stalls if x["mean_vs_predicted"] is not None]
+        stall = said.get("stall", "stalls")
         if judged:
             within = [x["run"] for x in judged if abs(x["mean_vs_predicted"] - 1) <= 0.2]
             out.append(
-                f"  - Stalls (p = 0.1, 500 ms): the mean step, over the seeds, is within 20% of "
+                f"  - {stall[:1].upper() + stall[1:]}: the mean step, over the seeds, is within "
+                f"20% of "
                 f"the order-statistics prediction for {len(within)} of {len(judged)} runs"
                 + (
                     "; not for "

@@ -104,6 +104,9 @@ def compute(results: Path, size: str) -> list[dict]:
                 "shuffle": shuffle,
                 "transport": transport,
                 "r": r,
+                "K": next(iter(by_seed.values()))["n_workers"],
+                "mbit": next(iter(by_seed.values())).bandwidth_mbit,
+                "_net": next(iter(by_seed.values())).summary.get("environment", {}).get("netem"),
                 "seeds": len(steps),
                 "step_ms": 1e3 * spread["mean"],
                 "step_lo_ms": 1e3 * spread["lo"] if spread["lo"] is not None else None,
@@ -136,6 +139,19 @@ def compute(results: Path, size: str) -> list[dict]:
     return rows
 
 
+def conditions(rows: list[dict]) -> str:
+    """K and the links the runs had, read from them: ``K = 4, 100 Mbit/s links, racks of two
+    behind 100 Mbit/s uplinks``."""
+    first = rows[0]
+    said = f"K = {first['K']}, " + (
+        f"{first['mbit']:g} Mbit/s links" if first["mbit"] else "loopback"
+    )
+    racks = next((x["_net"] for x in rows if x["topology"] == "racks" and x["_net"]), None)
+    if racks and racks.get("rack_size") and racks.get("uplink_mbit"):
+        said += f", racks of {racks['rack_size']} behind {racks['uplink_mbit']:g} Mbit/s uplinks"
+    return said
+
+
 def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
     rows = compute(results, size)
     plt = output.pyplot()
@@ -145,7 +161,8 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
     )
     seeds = max(x["seeds"] for x in rows)
     fig.suptitle(
-        f"dnn, K = 4: ms per step against r, mean of {seeds} seeds (bars and band: 95% "
+        f"dnn, K = {rows[0]['K']}: ms per step against r, mean of {seeds} seeds (bars and "
+        "band: 95% "
         "interval; dotted: the communication bound)",
         fontsize=10,
     )
@@ -190,8 +207,8 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         rows,
         COLUMNS,
         paths.tables(out) / "fig6_topology",
-        "Figure 6: ms per step on each topology (dnn, K = 4, 100 Mbit/s links, racks of two "
-        "behind 100 Mbit/s uplinks), the mean of each seed's median step with its 95% "
+        f"Figure 6: ms per step on each topology (dnn, {conditions(rows)}), the mean of each "
+        "seed's median step with its 95% "
         "interval over the seeds; vs_ddp: over DDP's on the same topology, paired by seed; "
         "each exchange (the median over the seeds) beside its bound on that topology; moved: "
         "bytes per worker per step the transport moved (multicast counted once).",
@@ -206,7 +223,7 @@ def section(results: Path, size: str) -> str:
     for where in EMULATED:
         mine = [r for r in rows if r["topology"] == where]
         ddp = next((r for r in mine if r["algorithm"] == "ddp"), None)
-        coded = [r for r in mine if r["algorithm"] == "cdc" and 1 < (r["r"] or 0) < 4]
+        coded = [r for r in mine if r["algorithm"] == "cdc" and 1 < (r["r"] or 0) < r["K"]]
         if not ddp or not coded:
             continue
 

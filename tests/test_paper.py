@@ -1320,14 +1320,15 @@ def test_figure_6_pays_only_where_the_ratios_paired_by_seed_lie_below_1(tmp_path
 def _straggler_sweeps(tmp_path, ddp_slow, cdc_slow, cdc_waiting_slow, bits="same"):
     """Figure 8's sweeps, three seeds: DDP and cdc r = 3 (s = 0 and s = 2), clean at 100 ms
     (cdc's bits one hash a seed) and under a slow worker at these steps (s) per seed."""
-    stall = {"model": "stall", "p": 0.1, "stall_ms": 500}
+    stall = {"model": "stall", "p": 0.1, "stall_ms": 400}
+    slow = {"model": "slow", "workers": [1], "speed": 0.33}
 
     def runs(step, label_fields, slow_steps, sha):
         out = []
         for seed in range(3):
             common = dict(**label_fields, param_sha256=f"{sha}{seed}")
             out.append(_like(0.100, seed, **common, straggle={"model": "none"}))
-            out.append(_like(slow_steps[seed], seed, **common, straggle={"model": "slow"}))
+            out.append(_like(slow_steps[seed], seed, **common, straggle=slow))
             out.append(_like(step, seed, **common, straggle=stall))
         return out
 
@@ -1357,13 +1358,16 @@ def test_figure_8_judges_not_waiting_by_ratios_paired_by_seed(tmp_path):
     assert slow["vs_ddp"] == pytest.approx((0.15 / 0.30 + 0.16 / 0.32 + 0.14 / 0.28) / 3)
     assert slow["vs_clean"] == pytest.approx(1.5)
     assert slow["same_bits_as_clean"] is True
-    # the stalls' prediction is each seed's own clean mean plus 500 ms times P[> 2 of 4 stall]
+    # the stalls' prediction is each seed's own clean mean plus 400 ms times P[> 2 of 4 stall]
     stalled = next(x for x in rows if (x["run"], x["straggle"]) == ("cdc r=3 s=2", "stall"))
-    expected = 0.100 + 0.5 * figure_stragglers.p_more_than(2, 4, 0.1)
+    expected = 0.100 + 0.4 * figure_stragglers.p_more_than(2, 4, 0.1)
     assert stalled["predicted_mean_ms"] == pytest.approx(1e3 * expected)
     said = figure_stragglers.section(tmp_path, "small")
     line = next(x for x in said.splitlines() if x.startswith("- **dnn, one slow worker**"))
+    assert "(rank 1 at 0.33 of its core; 3 seeds)" in line  # the terms read from the runs
     assert "0.50x [0.50, 0.50] DDP's: faster than DDP" in line
+    assert "- **dnn, stalls** (p = 0.1, 400 ms; 3 seeds)" in said
+    assert "  - Stalls (p = 0.1, 400 ms): the mean step" in said
     assert "not waiting is 0.52x" in line and ": faster than waiting" in line
     assert "Not waiting changed no bit" in said
 
@@ -1438,3 +1442,18 @@ def test_the_plain_ddp_script_is_launched_again_only_when_its_ranks_died(monkeyp
     outcomes[:] = [(-6, ""), (1, "")]
     with pytest.raises(RuntimeError, match=r"(?s)failed 2 times.*SIGABRT"):
         ddp_plain.run_plain(args)
+
+
+def test_figure_6_states_the_k_and_links_its_runs_had():
+    """Figure 6's caption reads K, the links' rate and the racks from the runs, not from text
+    written beside them."""
+    from paper.figure_topology import conditions
+
+    rows = [
+        {"topology": "switch", "K": 6, "mbit": 40.0, "_net": {"bandwidth_mbit": 40.0}},
+        {"topology": "racks", "K": 6, "mbit": 40.0, "_net": {"rack_size": 3, "uplink_mbit": 20.0}},
+    ]
+    assert conditions(rows) == "K = 6, 40 Mbit/s links, racks of 3 behind 20 Mbit/s uplinks"
+    assert conditions([{"topology": "switch", "K": 4, "mbit": None, "_net": None}]) == (
+        "K = 4, loopback"
+    )
