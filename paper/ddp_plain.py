@@ -109,6 +109,11 @@ def run_plain(args, tries: int = 2) -> dict:
             return json.loads(said[-1])
         # torchrun's own message says little: the ranks' last lines say why
         tail = "\n".join((out.stdout + out.stderr).splitlines()[-25:])
+        if said:  # it measured, then failed: never hidden by a second launch
+            raise RuntimeError(
+                f"the plain DDP script printed its time, then failed (status "
+                f"{out.returncode}):\n{tail}"
+            )
         if attempt < tries:
             print(
                 f"the plain DDP script failed (status {out.returncode}), launching it again:\n"

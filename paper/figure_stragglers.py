@@ -92,7 +92,9 @@ def described(run: Run) -> str:
     >>> described(Run(None, {"straggle": {"model": "stall", "p": 0.1, "stall_ms": 500}}))
     'stalls (p = 0.1, 500 ms)'
     >>> described(Run(None, {"straggle": {"model": "slow", "workers": [1], "speed": 0.33}}))
-    'one slow worker (rank 1 at 0.33 of its core)'
+    'one slow worker (rank 1 at 0.33 of its CPU share)'
+    >>> described(Run(None, {"straggle": {"model": "slow", "workers": [1, 2], "speed": 0.5}}))
+    '2 slow workers (ranks 1, 2, each at 0.5 of its CPU share)'
     """
     st = run["straggle"]
     if st["model"] == "stall":
@@ -101,9 +103,12 @@ def described(run: Run) -> str:
         ranks = list(st.get("workers") or [])
         if not ranks or st.get("speed") is None:
             return "slow workers"
-        who = "one slow worker" if len(ranks) == 1 else f"{len(ranks)} slow workers"
-        which = "rank" if len(ranks) == 1 else "ranks"
-        return f"{who} ({which} {', '.join(map(str, ranks))} at {st['speed']:g} of its core)"
+        # the speed is of the worker's share of its host's cores (under the scale model, its
+        # host's one core)
+        one = len(ranks) == 1
+        who = "one slow worker" if one else f"{len(ranks)} slow workers"
+        which = ("rank " if one else "ranks ") + ", ".join(map(str, ranks))
+        return f"{who} ({which}{'' if one else ', each'} at {st['speed']:g} of its CPU share)"
     return "no straggler" if st["model"] == "none" else st["model"]
 
 
@@ -112,11 +117,17 @@ def conditions(results: Path, size: str) -> dict:
     straggler model, its words (:func:`described`)."""
     runs = [*load(results, size, "paper_stragglers_base"), *load(results, size, "paper_stragglers")]
     first = runs[0]
-    mbit = first.bandwidth_mbit
-    links = f"a {mbit:g} Mbit/s switch" if mbit else "this host's loopback"
+    net = first.summary.get("environment", {}).get("netem")
+    links = (
+        f"a {net['bandwidth_mbit']:g} Mbit/s {net.get('topology') or 'switch'}"
+        if net
+        else "this host's loopback"
+    )
     said = {"where": f"K = {first['n_workers']} on {links}"}
     for run in runs:
-        said.setdefault(run["straggle"]["model"], described(run))
+        words = described(run)
+        if said.setdefault(run["straggle"]["model"], words) != words:  # never one of two
+            said[run["straggle"]["model"]] += f" and {words}"
     return said
 
 
@@ -261,7 +272,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         COLUMNS,
         paths.tables(out) / "fig8_stragglers",
         f"Figure 8: ms per step with no straggler, {said.get('slow', 'a slow worker')} and "
-        f"{said.get('stall', 'stalls')} (a stall comes before a worker's computation), "
+        f"{said.get('stall', 'stalls')}, a stall coming before a worker's computation; "
         f"{said['where']}; over the seeds, the mean of each seed's median step (under stalls "
         "its mean step), with its 95% interval, and of its 95th percentile and mean step; "
         "vs_clean: over the same run without stragglers, vs_ddp: over DDP's under the same "

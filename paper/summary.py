@@ -158,9 +158,9 @@ def topologies(results: Path, size: str) -> list[str]:
             continue
         best = min(coded, key=lambda x: x["step_ms"])
         s = best["_vs_ddp"]
-        links = f"{best['mbit']:g} Mbit/s links" if best["mbit"] else "loopback"
         out.append(
-            f"- **{where}, K = {best['K']}, {links}** (Figure 6, {best['seeds']} seeds): cdc's "
+            f"- **{where}, {figure_topology.conditions([best])}** (Figure 6, {best['seeds']} "
+            "seeds): cdc's "
             f"fastest coded layout ({best['shuffle']} shuffle, {best['transport']}, r = "
             f"{best['r']}) takes {_against_ddp(s, 'time')}."
         )
@@ -170,15 +170,18 @@ def topologies(results: Path, size: str) -> list[str]:
 def stragglers(results: Path, size: str) -> list[str]:
     """Per straggler model (Figure 8): cdc not waiting for its r - 1 slowest against DDP."""
     rows = figure_stragglers.compute(results, size)
+    said = figure_stragglers.conditions(results, size)
     out = []
     for x in rows:
         tolerant = x["run"].startswith("cdc") and not x["run"].endswith("s=0")
         s = x["_stats"]["vs_ddp"]
         if not tolerant or x["straggle"] == "none" or not s or s.get("mean") is None:
             continue
-        what = {"slow": "one slow worker", "stall": "stalls"}[x["straggle"]]
+        what, _, terms = said.get(x["straggle"], x["straggle"]).partition(" (")
+        terms = f"{terms.rstrip(')')}; " if terms else ""
         out.append(
-            f"- **{x['model']}, {what}** (Figure 8, {x['seeds']} seeds): {x['run']}, not "
+            f"- **{x['model']}, {what}** (Figure 8, {terms}{said['where']}, {x['seeds']} "
+            f"seeds): {x['run']}, not "
             f"waiting for its slowest, takes {_against_ddp(s, 'step')}."
         )
     return out

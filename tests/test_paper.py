@@ -1364,7 +1364,7 @@ def test_figure_8_judges_not_waiting_by_ratios_paired_by_seed(tmp_path):
     assert stalled["predicted_mean_ms"] == pytest.approx(1e3 * expected)
     said = figure_stragglers.section(tmp_path, "small")
     line = next(x for x in said.splitlines() if x.startswith("- **dnn, one slow worker**"))
-    assert "(rank 1 at 0.33 of its core; 3 seeds)" in line  # the terms read from the runs
+    assert "(rank 1 at 0.33 of its CPU share; 3 seeds)" in line  # the terms read from the runs
     assert "0.50x [0.50, 0.50] DDP's: faster than DDP" in line
     assert "- **dnn, stalls** (p = 0.1, 400 ms; 3 seeds)" in said
     assert "  - Stalls (p = 0.1, 400 ms): the mean step" in said
@@ -1442,6 +1442,10 @@ def test_the_plain_ddp_script_is_launched_again_only_when_its_ranks_died(monkeyp
     outcomes[:] = [(-6, ""), (1, "")]
     with pytest.raises(RuntimeError, match=r"(?s)failed 2 times.*SIGABRT"):
         ddp_plain.run_plain(args)
+    outcomes[:] = [(-6, ok), (0, ok)]  # it printed, then died (its teardown): not relaunched
+    with pytest.raises(RuntimeError, match="printed its time, then failed"):
+        ddp_plain.run_plain(args)
+    assert len(outcomes) == 1
 
 
 def test_figure_6_states_the_k_and_links_its_runs_had():
