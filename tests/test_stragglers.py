@@ -175,6 +175,39 @@ def test_a_slow_owner_is_sent_its_own_terms_and_no_more():
         assert got - usual == comb(K - 1, r - 1) * d // K
 
 
+def test_a_worker_that_gave_up_unheard_is_counted_late_and_its_backups_stay_bounded(tmp_path):
+    """summed, K = 4, r = 3: each owner hears from one sender only, so rank 1 can send its
+    one part and give up on the rest of its map after every other owner already had all it
+    needed (each names no one late). Its own record alone says it gave up; the step's late
+    set must still hold it, or the plain values it asks for its own two missing terms
+    exceed the closed form (seen in CI under load: 1,739 bytes against 1,664)."""
+    from dcoded.engine.record import HistoryFile, TrainingLog
+
+    p, d = Placement(4, 3), 1210  # the tiny dnn on the digits
+    log = TrainingLog("r0", 4, 48, None, HistoryFile(tmp_path / "history.csv"))
+    log.driver_step(0, epoch=0, wall_s=0.1, step_s=0.1)
+    records = [{"step": 0, "rank": k, "phase": "straggle", "abandoned": k == 1} for k in range(4)]
+    records += [{"step": 0, "rank": k, "phase": "tolerance", "late": []} for k in range(4)]
+    log.ingest([{"records": records, "out": [], "in": []}])
+    log.write_rows()
+    assert log.rows()[0]["not_waited"] == "1"
+    assert log.late_sets == {frozenset({1}): 1}
+    assert log.straggle_summary()["steps_not_waiting"] == 1
+    segments = p.segments(d)
+    have = {p.held_by(1)[-1]}  # the one sub-batch it computed: its part for owner 0
+    sent = {t for t, _ in shuffle_receives(p, "summed", 1)}
+    requests, _ = backups(p, "summed", None, 1, segments, have, set(), sent)
+    asked = sum(length(q, 1, segments) for q in requests)
+    bound = (
+        sum(
+            float(backup_bound(p, "summed", None, set(late))) * n
+            for late, n in log.late_sets.items()
+        )
+        * d
+    )
+    assert 0 < asked <= bound
+
+
 def test_draws_are_seeded_by_seed_step_and_rank():
     stall = {"model": "stall", "p": 0.3, "stall_ms": 100.0}
     draws = [[straggle.drawn_ms(stall, 7, s, k) for k in range(4)] for s in range(400)]

@@ -405,6 +405,9 @@ class TrainingLog:
                 st.injected[rank] = (rec["drawn_ms"], rec["slept_ms"])
             if rec.get("abandoned"):
                 st.abandoned.add(rank)
+                # a rank that gave up its own map was not waited for, even where every other
+                # owner had all it needed before it heard so (and so named no one late)
+                st.not_waited.add(rank)
 
     def straggle_summary(self) -> dict:
         """What was injected and whom the steps did not wait for, for ``summary.json``:
