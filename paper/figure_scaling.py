@@ -1,11 +1,12 @@
 """Figures 9 and 10: how the trade-off moves as K grows.
 
-Figure 9, measured: the median step against K = 4..16 on the switch (TCP) under the scale
-model, for DDP and for cdc at its best r with each shuffle (coded, summed), each beside its
-communication bound on that topology and beside what :mod:`dcoded.predict`, refitted on these
-runs (:func:`refit`), predicts from the run's configuration alone. Reads ``paper_scaling`` and
-``paper_scaling_base``, and the sweeps run by hand (:data:`BY_HAND`: the bus, racks and
-clusters of 4) where they have run.
+Figure 9, measured: the step against K = 4..16 on the switch (TCP) under the scale model (the
+mean over the seeds of each seed's median step, with its 95% interval), for DDP and for cdc at
+its best r with each shuffle (coded, summed), each beside its communication bound on that
+topology and beside what :mod:`dcoded.predict`, refitted on these runs (:func:`refit`),
+predicts from the run's configuration alone; its ratio to DDP paired by seed. Reads
+``paper_scaling`` and ``paper_scaling_base``, and the sweeps run by hand (:data:`BY_HAND`: the
+bus, racks and clusters of 4) where they have run.
 
 Figure 10, predicted only (no run): the step against K = 16..1024 for DDP and cdc's best
 layout on each topology, at 10 and 100 Gbit/s, for d = 0.1 M, 25 M and 350 M, with the
@@ -16,6 +17,7 @@ measured K <= 16 points drawn where they exist. Its assumptions are in :data:`WO
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,10 +29,13 @@ from dcoded.predict import (
     scenario_of,
     stated_error,
 )
+from dcoded.results import interval
 from dcoded.topology import phase_bounds
 from paper import output, paths
 from paper.cache import COMPLETE
 from paper.results import Run, failed, load
+from paper.table_time import ci, ratio, versus
+from paper.verdicts import than
 
 #: The sweeps Figure 9 reads, and the network each measured.
 SWEEPS = ("paper_scaling", "paper_scaling_base")
@@ -47,13 +52,18 @@ COLUMNS = [
     "K",
     "scheme",
     "best_r",
+    "seeds",
     "step_ms",
+    "step_ci_ms",
     "bound_ms",
     "step_over_bound",
     "predicted_ms",
     "error_pct",
     "held_out",
     "vs_ddp",
+    "vs_ddp_ci",
+    "vs_ddp_lo",
+    "vs_ddp_hi",
 ]
 HELD_OUT_K = (12, 16)
 
@@ -108,8 +118,8 @@ def failures(results: Path, size: str) -> list[dict]:
 
 
 def measured_rows(every: list[Run], cal: Calibration | None = None) -> list[dict]:
-    """Every run of :func:`runs`: its network, scheme, r, median step, bound, prediction and
-    error."""
+    """Every run of :func:`runs`: its network, scheme, r, seed, median step, bound, prediction
+    and error."""
     cal = cal or Calibration.load()
     rows = []
     for run in every:
@@ -125,6 +135,7 @@ def measured_rows(every: list[Run], cal: Calibration | None = None) -> list[dict
                 "family": p.scenario.family,  # whose fitted costs the prediction used
                 "topology": p.scenario.topology,
                 "r": s["redundancy"] if s["algorithm"] == "cdc" else None,
+                "seed": s["seed"],
                 "step_ms": 1e3 * step,
                 "bound_ms": 1e3 * bound,
                 "step_over_bound": step / bound if bound else None,
@@ -191,17 +202,51 @@ def error_of(cal: Calibration, family: str, topology: str) -> float:
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
-    """Per network, K and scheme: the run at its fastest r, with its ratio to DDP's step."""
-    best: dict[tuple, dict] = {}
+    """Per network, K and scheme: the configuration at its fastest r (by the mean over its
+    seeds of each seed's median step), with that mean's 95% interval over the seeds, and its
+    ratio to DDP's step on the same network and K paired by seed (``_vs_ddp``:
+    :func:`paper.table_time.versus`; ``vs_ddp`` its mean)."""
+    groups: dict[tuple, dict[int, dict]] = {}
     for x in rows:
-        key = (x["network"], x["K"], x["scheme"])
-        if key not in best or x["step_ms"] < best[key]["step_ms"]:
-            best[key] = x
-    ddp = {(x["network"], x["K"]): x["step_ms"] for x in rows if x["scheme"] == "ddp"}
+        groups.setdefault((x["network"], x["K"], x["scheme"], x["r"]), {})[x["seed"]] = x
+    ddp = {
+        (network, K): {seed: x["step_ms"] for seed, x in by_seed.items()}
+        for (network, K, scheme, _), by_seed in groups.items()
+        if scheme == "ddp"
+    }
+    best: dict[tuple, tuple[dict, dict]] = {}
+    for (network, K, scheme, _), by_seed in groups.items():
+        spread = interval([x["step_ms"] for x in by_seed.values()])
+        key = (network, K, scheme)
+        if key not in best or spread["mean"] < best[key][1]["mean"]:
+            best[key] = (by_seed, spread)
     out = []
-    for (network, K, _), x in sorted(best.items(), key=lambda kv: _order(kv[0])):
+    for (network, K, _), (by_seed, spread) in sorted(best.items(), key=lambda kv: _order(kv[0])):
+        steps = {seed: x["step_ms"] for seed, x in by_seed.items()}
         base = ddp.get((network, K))
-        out.append({**x, "best_r": x["r"], "vs_ddp": x["step_ms"] / base if base else None})
+        vs = versus(steps, base, "ratio") if base else None
+        first = by_seed[min(by_seed)]
+        predicted = statistics.fmean(x["predicted_ms"] for x in by_seed.values())
+        mean = spread["mean"]
+        out.append(
+            {
+                **first,
+                "best_r": first["r"],
+                "seeds": len(steps),
+                "step_ms": mean,
+                "step_lo_ms": spread["lo"],
+                "step_hi_ms": spread["hi"],
+                "step_ci_ms": ci(spread["lo"], spread["hi"], 0),
+                "step_over_bound": mean / first["bound_ms"] if first["bound_ms"] else None,
+                "predicted_ms": predicted,
+                "error_pct": 100 * (predicted - mean) / mean,
+                "vs_ddp": vs["mean"] if vs else None,
+                "vs_ddp_ci": ci(vs["lo"], vs["hi"], 2) if vs else None,
+                "vs_ddp_lo": vs["lo"] if vs else None,
+                "vs_ddp_hi": vs["hi"] if vs else None,
+                "_vs_ddp": vs,
+            }
+        )
     return out
 
 
@@ -388,11 +433,13 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
         table,
         COLUMNS,
         paths.tables(out) / "fig9_scaling",
-        f"Figure 9: median ms per step against K (dnn, d = 109,386, B = 960, {links(every)}), "
-        "each scheme at its fastest r; bound: the communication bound on that network; "
-        "predicted: the model refitted on these runs (`dcoded.predict`, K = "
+        f"Figure 9: ms per step against K (dnn, d = 109,386, B = 960, {links(every)}), each "
+        "scheme at its fastest r: the mean over the seeds of each seed's median step, with its "
+        "95% interval; bound: the communication bound on that network; predicted: the model "
+        "refitted on these runs (`dcoded.predict`, K = "
         f"{', '.join(map(str, HELD_OUT_K))} held out of its fit) from each run's "
-        "configuration; vs_ddp: over DDP's step on the same network and K.",
+        "configuration; vs_ddp: over DDP's step on the same network and K, paired by seed, "
+        "with its 95% interval.",
     )
     output.write_table(
         rows,
@@ -401,6 +448,7 @@ def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.O
             "K",
             "scheme",
             "r",
+            "seed",
             "step_ms",
             "bound_ms",
             "predicted_ms",
@@ -447,19 +495,32 @@ def draw_measured(table: list[dict], out: Path, conditions: str = "") -> None:
             sorted({x["scheme"] for x in mine}, key=lambda s: (s != "ddp", s))
         ):
             pts = sorted(
-                (int(x["K"]), float(x["step_ms"]), float(x["bound_ms"]), _number(x["predicted_ms"]))
+                (
+                    int(x["K"]),
+                    float(x["step_ms"]),
+                    float(x["bound_ms"]),
+                    _number(x["predicted_ms"]),
+                    _number(x.get("step_lo_ms")),
+                    _number(x.get("step_hi_ms")),
+                )
                 for x in mine
                 if x["scheme"] == scheme
             )
-            Ks, ms, bound, pred = zip(*pts, strict=True)
+            Ks, ms, bound, pred, lo, hi = zip(*pts, strict=True)
             color = "k" if scheme == "ddp" else f"C{i}"
             label = scheme.replace(" direct", " TCP").replace(" multicast", " mc")
-            ax.plot(Ks, ms, color=color, marker="o", label=label)
+            # the seeds' 95% interval (none drawn where one seed ran)
+            # (on the log axis, an interval reaching below zero is drawn down to 1% of the mean)
+            below = [m - max(v, m / 100) if v == v else 0.0 for m, v in zip(ms, lo, strict=True)]
+            above = [v - m if v == v else 0.0 for m, v in zip(ms, hi, strict=True)]
+            ax.errorbar(
+                Ks, ms, yerr=[below, above], color=color, marker="o", capsize=3, label=label
+            )
             ax.plot(Ks, bound, color=color, ls=":", lw=1.2)
             ax.plot(Ks, pred, color=color, ls="none", marker="x", ms=7)
         ax.set_title(network, fontsize=12)
         ax.set_xlabel("workers K", fontsize=10)
-        ax.set_ylabel("ms per step (median)", fontsize=10)
+        ax.set_ylabel("ms per step (mean of the seeds' medians)", fontsize=10)
         _log_ms(ax)
         ax.set_xticks(sorted({int(x["K"]) for x in mine}))
         ax.tick_params(labelsize=9)
@@ -468,8 +529,8 @@ def draw_measured(table: list[dict], out: Path, conditions: str = "") -> None:
     for ax in list(axes.flat)[len(networks) :]:
         ax.set_visible(False)
     fig.suptitle(
-        "Figure 9: measured (o, best r), bound (dotted), predicted (x); dnn, B = 960"
-        + (f"\n{conditions}" if conditions else ""),
+        "Figure 9: measured (o, best r; bars: 95% interval over the seeds), bound (dotted), "
+        "predicted (x); dnn, B = 960" + (f"\n{conditions}" if conditions else ""),
         fontsize=12,
     )
     output.save_figure(fig, paths.figures(out) / "fig9_scaling.png")
@@ -641,6 +702,28 @@ def _largest(every: list, K: int) -> list:
     )
 
 
+def _network_line(network: str, mine: list[dict]) -> str:
+    """One network's sentence: DDP's and cdc's best step at the least and the largest K, and
+    at which K cdc's best is faster, slower, or not told apart from DDP by its interval
+    (:func:`~paper.verdicts.than`)."""
+    first, last = mine[0], mine[-1]
+    seeds = max(x["seeds"] for x in mine)
+    line = (
+        f"- **{network}** ({seeds} seed{'s' if seeds > 1 else ''}): from K = {first['K']} to "
+        f"{last['K']}, DDP's step goes from {first['ddp_ms']:.0f} to {last['ddp_ms']:.0f} ms "
+        f"and cdc's best from {first['cdc_ms']:.0f} ({first['best_cdc']}) to "
+        f"{last['cdc_ms']:.0f} ms ({last['best_cdc']}); over DDP's step, cdc's best takes "
+        + ", ".join(f"{ratio(x['_vs_ddp'])} at K = {x['K']}" for x in mine)
+        + ": "
+    )
+    verdicts = {x["K"]: than(x["_vs_ddp"], "DDP") for x in mine}
+    said = [
+        f"{v} at K = {', '.join(str(K) for K in verdicts if verdicts[K] == v)}"
+        for v in dict.fromkeys(verdicts.values())
+    ]
+    return line + "; ".join(said) + "."
+
+
 def section(results: Path, size: str) -> str:
     """How the trade-off moves with K: measured to 16 beside bound and model, predicted past."""
     measured = runs(results, size)  # read once for the table and the text
@@ -664,12 +747,15 @@ def section(results: Path, size: str) -> str:
                 {
                     "network": network,
                     "K": K,
+                    "seeds": top["seeds"],
                     "ddp_ms": ddp["step_ms"] if ddp else None,
                     "ddp_bound_ms": ddp["bound_ms"] if ddp else None,
                     "best_cdc": f"{top['scheme']} r={top['r']}",
                     "cdc_ms": top["step_ms"],
                     "cdc_bound_ms": top["bound_ms"],
                     "cdc_over_ddp": top["vs_ddp"],
+                    "cdc_over_ddp_ci": top["vs_ddp_ci"],
+                    "_vs_ddp": top["_vs_ddp"],
                 }
             )
     out.append(
@@ -678,37 +764,26 @@ def section(results: Path, size: str) -> str:
             [
                 "network",
                 "K",
+                "seeds",
                 "ddp_ms",
                 "ddp_bound_ms",
                 "best_cdc",
                 "cdc_ms",
                 "cdc_bound_ms",
                 "cdc_over_ddp",
+                "cdc_over_ddp_ci",
             ],
         )
     )
     out.append(
-        "Every scheme at every K, at its fastest r: `tables/fig9_scaling.md`; every run: "
-        "`tables/fig9_every_run.md`."
+        "Steps: the mean over the seeds of each seed's median step; cdc_over_ddp: cdc's best "
+        "over DDP's step, paired by seed, with its 95% interval. Every scheme at every K, at its "
+        "fastest r: `tables/fig9_scaling.md`; every run: `tables/fig9_every_run.md`."
     )
     for network in NETWORK_ORDER:
         mine = [x for x in pivot if x["network"] == network]
-        if not mine:
-            continue
-        wins = [x["K"] for x in mine if x["cdc_over_ddp"] is not None and x["cdc_over_ddp"] < 1]
-        first, last = mine[0], mine[-1]
-        line = (
-            f"- **{network}**: from K = {first['K']} to {last['K']}, DDP's step goes from "
-            f"{first['ddp_ms']:.0f} to {last['ddp_ms']:.0f} ms and cdc's best from "
-            f"{first['cdc_ms']:.0f} ({first['best_cdc']}) to {last['cdc_ms']:.0f} ms "
-            f"({last['best_cdc']}); cdc's best is "
-        )
-        line += (
-            f"faster than DDP at K = {', '.join(map(str, wins))}."
-            if wins
-            else "slower than DDP at every K measured."
-        )
-        out.append(line)
+        if mine:
+            out.append(_network_line(network, mine))
     if shared := _two_cores(measured, cal):
         out.append(shared)
     for x in failures(results, size):

@@ -19,7 +19,7 @@ from dcoded.results import interval
 from paper import output, paths
 from paper.results import Run, load
 from paper.table_time import ci, ratio, versus
-from paper.verdicts import beyond_noise
+from paper.verdicts import than
 
 MODELS = ("none", "slow", "stall")
 COLUMNS = [
@@ -291,12 +291,6 @@ def _band(steps: dict[int, float]) -> tuple[float | None, float | None]:
     return (1e3 * s["lo"], 1e3 * s["hi"]) if s["lo"] is not None else (None, None)
 
 
-def _than(s: dict | None, what: str) -> str:
-    """``faster than`` / ``slower than`` / ``not told apart from`` ``what``, by the interval."""
-    said = {1: "faster than", -1: "slower than", 0: "not told apart from"}[beyond_noise(s)]
-    return f"{said} {what}"
-
-
 def section(results: Path, size: str) -> str:
     """Not waiting for stragglers: what a slow worker and stalls cost each algorithm, what
     not waiting buys back, at what price in bytes, and that no bit changed; every ratio paired
@@ -334,13 +328,13 @@ def section(results: Path, size: str) -> str:
                 f"{best['run']} takes {best['step_ms']:.0f} ms "
                 f"({ratio(best['_stats']['vs_clean'], mark='x')} its own, "
                 f"{ratio(best['_stats']['vs_ddp'], mark='x')} DDP's: "
-                f"{_than(best['_stats']['vs_ddp'], 'DDP')})"
+                f"{than(best['_stats']['vs_ddp'], 'DDP')})"
             )
             if waiting:
                 against = versus(best["_stats"]["steps"], waiting["_stats"]["steps"], "ratio")
                 line += (
                     f"; waiting for every map took {waiting['step_ms']:.0f} ms, so not waiting "
-                    f"is {ratio(against, mark='x')} of it: {_than(against, 'waiting')}"
+                    f"is {ratio(against, mark='x')} of it: {than(against, 'waiting')}"
                 )
             asgd = find(model, "asgd", straggle)
             if asgd:

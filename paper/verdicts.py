@@ -84,6 +84,25 @@ def beyond_noise(s: dict | None) -> int:
     return 1 if s["hi"] < 1 else -1 if s["lo"] > 1 else 0
 
 
+def than(s: dict | None, what: str) -> str:
+    """A ratio over seeds ``a / what`` (:func:`dcoded.results.interval`, as
+    :func:`paper.table_time.versus` gives it) in words: ``faster than``, ``slower than`` or ``not
+    told apart from`` ``what`` by its 95% interval (:func:`beyond_noise`); by its ratio alone,
+    said so, where one seed paired; ``not compared with`` where none did.
+
+    >>> than({"mean": 0.8, "lo": 0.7, "hi": 0.9}, "DDP"), than({"mean": 0.9, "lo": 0.8, "hi": 1.1}, "DDP")
+    ('faster than DDP', 'not told apart from DDP')
+    >>> than({"mean": 1.2, "lo": None, "hi": None}, "DDP"), than({"mean": None}, "waiting")
+    ('slower than DDP (one seed)', 'not compared with waiting')
+    """  # noqa: E501
+    if not s or s.get("mean") is None:
+        return f"not compared with {what}"
+    if s.get("lo") is None or s.get("hi") is None:
+        return f"{'faster' if s['mean'] < 1 else 'slower'} than {what} (one seed)"
+    said = {1: "faster than", -1: "slower than", 0: "not told apart from"}[beyond_noise(s)]
+    return f"{said} {what}"
+
+
 def pays(over_ddp: dict, over_tcp: dict | None) -> str:
     """Whether coding as multicast pays on a topology, over seeds: only where its step's ratio
     to DDP's and to the same shuffle's over TCP (each paired by seed) lie wholly below 1."""
