@@ -960,7 +960,7 @@ def test_the_key_follows_the_experiment_files(tmp_path, composed_once):
         cache.stale_reason(a.record(), b)
     )
     # a value every job of paper_phases inherits from paper_time: the same jobs, other configs
-    steps = _conf_copy(tmp_path / "steps", "paper_time", "steps: 40", "steps: 41")
+    steps = _conf_copy(tmp_path / "steps", "paper_time", "steps: 20", "steps: 21")
     c = cache.plan("paper_phases", LOCAL, config_dir=steps, code="c")
     assert c.jobs == a.jobs and c.key != a.key
     assert cache.stale_reason(a.record(), c) == (
