@@ -340,8 +340,8 @@ def _uncoded_beside(row: dict, K: int) -> str:
         )
     if row["rK_less_than_ssgd_pct"] is not None:
         beside.append(
-            f"r = K = {K}, where every worker computes the whole batch and only the all-gather "
-            f"of θ remains, takes {less_time(row['rK_less_than_ssgd_pct'])}"
+            f"r = K = {K}, where every worker computes the whole batch and updates all of θ "
+            f"itself, so nothing is sent, takes {less_time(row['rK_less_than_ssgd_pct'])}"
         )
     if not beside:
         return "- no run at r = 1 or r = K to set beside it."
