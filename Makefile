@@ -37,7 +37,7 @@ bench: $(STAMP)
 # The paper's tables and figures: stage 1 runs the sweeps (cached in paper/results/$(SIZE)),
 # stage 2 only reads them and draws. SIZE=full for the full-size setting; MNIST=DIR to train on
 # the MNIST IDX files in DIR instead of MNIST-sized synthetic data; BEYOND=1 also the studies
-# beyond the paper (Figures 6-10, under the scale model: 50 minutes more on 2 cores).
+# beyond the paper (Figures 6-10, under the scale model: 77 minutes more on 2 cores).
 SIZE ?= small
 paper: paper-results paper-draw
 

@@ -5,8 +5,8 @@
                           [--force | --reuse-stale | --check] [-- OVERRIDE ...]
 
 Without ``--beyond`` (``make paper BEYOND=1``) the studies beyond the paper (Figures 6 to 10,
-``paths.BEYOND``) are left out: the paper's own tables and figures took 75 minutes on two
-cores from a fresh clone, and those studies, under the scale model, 50 minutes more.
+``paths.BEYOND``) are left out: the paper's own tables and figures take about 66 minutes on
+two cores from a fresh clone, and those studies, under the scale model, 77 minutes more.
 
 Each experiment ``conf/experiment/<name>.yaml`` runs as ``python -m dcoded -m
 experiment=<name> size=<size>`` into ``paper/results/<size>/<name>/``. The cache is keyed on
