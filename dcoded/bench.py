@@ -71,6 +71,7 @@ COLUMNS = [
     "vs_ddp_lo",
     "vs_ddp_hi",
     "comm_bound_ms",
+    "step_x",
     "predicted_ms",
     "predicted_err",
     "map_ms",
@@ -112,6 +113,9 @@ NOTES = (
     "alike; a row's times are then the medians over its repeats, and vs_ssgd, vs_ddp the mean "
     "over repeats of the ratio to the baseline of the same repeat, [its 95% interval] (Student's "
     "t over the repeats). "
+    "step_x: the median step over comm_bound_ms, the least time the step's exchange (both "
+    "phases, compute aside) needs on the run's topology; an exchange far above its bound "
+    "measures the transport, not the scheme. "
     "shuffle_x, params_x: the phase's time over its bound on the run's topology (the least "
     "time its bytes need on those links). With transport.overlap=true (the default) a message "
     "leaves as soon as its sub-batches are computed, inside map: part of the exchange is done "
@@ -187,8 +191,8 @@ def row(summary: dict) -> dict:
 
     limits = phase_bounds(summary)
 
-    def ratio(phase):
-        bound, took = limits.get(phase), t.get(phase)
+    def ratio(phase, timed=None):
+        bound, took = limits.get(phase), t.get(timed or phase)
         return round(took / bound, 3) if bound and took else None
 
     net = summary["environment"].get("netem") or {}
@@ -217,6 +221,7 @@ def row(summary: dict) -> dict:
             if predicted and t.get("step_median")
             else None
         ),
+        "step_x": ratio("comm", "step_median"),
         "shuffle_x": ratio("shuffle"),
         "params_x": ratio("params"),
         "multicast": b["multicast"],

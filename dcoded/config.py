@@ -34,7 +34,7 @@ from dcoded.errors import ConfigError, DatasetError
 from dcoded.models import MODELS
 from dcoded.optim import SegmentOptimizer, check_optimizer
 from dcoded.settings import check_settings
-from dcoded.topology import Shape
+from dcoded.topology import TCP_PACE_SHARE, Shape
 
 #: The Hydra configs: ``conf/`` at the top of the repository, installed as the package
 #: ``dcoded.conf`` (wheel, sdist and editable install alike), so ``python -m dcoded`` finds them
@@ -258,14 +258,16 @@ def _train_fields(train: Mapping, tdf: float) -> dict:
 def _transport_fields(
     c: Mapping, transport: str, placement: Placement, shuffle: str, plan, tdf: float
 ) -> dict:
-    """The :class:`RunSpec` fields of the transport: ``transport.*``, and for multicast each
-    sender's pace and the wait before a repair (a pace divided by the scale model's ``tdf``,
-    the wait multiplied)."""
+    """The :class:`RunSpec` fields of the transport: ``transport.*``, each sender's pace
+    (multicast; direct where the links are known) and the wait before a repair (a pace
+    divided by the scale model's ``tdf``, the wait multiplied)."""
     cluster, transport_cfg = c.get("cluster", {}), c.get("transport") or {}
     paces, repair_after = None, REPAIR_AFTER_MS
     if transport == "multicast":
         paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
         repair_after = _repair_after_ms(cluster, transport_cfg)
+    elif transport == "direct":
+        paces = _tcp_paces(cluster, transport_cfg, placement, shuffle, plan)
     if paces:
         paces = {phase: pace / tdf for phase, pace in paces.items()}
     return {
@@ -541,6 +543,28 @@ def _paces(
             "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
         )
     paces = Shape.of(links).paces(step_messages(placement, shuffle, plan))
+    return {"seg" if phase == "params" else phase: pace for phase, pace in paces.items()}
+
+
+def _tcp_paces(
+    cluster: Mapping, transport: Mapping, placement: Placement, shuffle: str, plan
+) -> dict[str, float] | None:
+    """Each TCP sender's pace in Mbit/s, per phase (``transport=direct``): as
+    :func:`_paces`, every receiver counted (:data:`dcoded.topology.TCP_PACE_SHARE`), where the
+    links are known (``transport.pace_mbit``, or the emulated network's); ``None`` elsewhere.
+
+    Without it, a sender's ``K - 1`` connections each put a whole message in its link's
+    queue at once (TCP takes the token bucket's burst for the path's rate), the queue
+    overflows and the retransmissions double the exchange's time from ``K = 6`` up."""
+    if transport.get("pace_mbit"):
+        pace = float(transport["pace_mbit"])
+        return {"shuffle": pace, "seg": pace}
+    links = cluster.get("netem") or (cluster if cluster.get("kind") == "netem" else None)
+    if not links or not links.get("bandwidth_mbit"):
+        return None
+    paces = Shape.of(links).paces(
+        step_messages(placement, shuffle, plan), multicast=False, share=TCP_PACE_SHARE
+    )
     return {"seg" if phase == "params" else phase: pace for phase, pace in paces.items()}
 
 

@@ -1012,12 +1012,17 @@ def _record_scale(out_dir: Path, net: Network, samples: list[dict]) -> None:
 
 #: The kernel's UDP counters (``/proc/net/snmp``) that say a datagram was lost in a host.
 UDP_COUNTERS = ("InDatagrams", "InErrors", "RcvbufErrors", "SndbufErrors")
+#: The kernel's TCP counters that say a segment was sent again (``/proc/net/snmp``'s ``Tcp:``
+#: and ``/proc/net/netstat``'s ``TcpExt:``): every retransmission, and those after a
+#: retransmission timeout (the kernel's 200 ms at least, which the scale model cannot dilate).
+TCP_COUNTERS = {"Tcp:": ("RetransSegs",), "TcpExt:": ("TCPTimeouts",)}
 
 
 def loss_counters(namespaces: Mapping[str, str]) -> dict:
-    """The kernel's own loss counters now, by host name: each namespace's UDP counters and the
-    drops of each of its queues (``tc -s qdisc``: ``{"qdisc_dropped": {dev: n}}``)."""
-    script = "cat /proc/net/snmp; echo ---; tc -s qdisc show"
+    """The kernel's own loss counters now, by host name: each namespace's UDP counters, its TCP
+    retransmissions and timeouts (:data:`TCP_COUNTERS`) and the drops of each of its queues
+    (``tc -s qdisc``: ``{"qdisc_dropped": {dev: n}}``)."""
+    script = "cat /proc/net/snmp /proc/net/netstat; echo ---; tc -s qdisc show"
     out = {}
     for name, ns in namespaces.items():
         text = subprocess.run(
@@ -1027,7 +1032,16 @@ def loss_counters(namespaces: Mapping[str, str]) -> dict:
             timeout=30,
         ).stdout
         snmp, _, qdiscs = text.partition("---")
-        out[name] = {**_udp_counters(snmp), "qdisc_dropped": _qdisc_drops(qdiscs)}
+        tcp = {
+            k: v
+            for row, names in TCP_COUNTERS.items()
+            for k, v in _counters(snmp, row, names).items()
+        }
+        out[name] = {
+            **_counters(snmp, "Udp:", UDP_COUNTERS),
+            **tcp,
+            "qdisc_dropped": _qdisc_drops(qdiscs),
+        }
     return out
 
 
@@ -1051,12 +1065,19 @@ def _root_queues(ns: str) -> dict[str, dict]:
     return {q.get("dev"): q for q in json.loads(text or "[]") if q.get("root")}
 
 
-def _udp_counters(snmp: str) -> dict[str, int]:
-    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith("Udp:")]
+def _counters(text: str, row: str, names) -> dict[str, int]:
+    """The counters ``names`` of the kernel's table ``row`` (``Udp:``, ``Tcp:``, ``TcpExt:``:
+    a line of names, then a line of values) in ``text``.
+
+    >>> text = "Tcp: A RetransSegs\\nTcp: 1 7\\nUdp: InErrors\\nUdp: 2"
+    >>> _counters(text, "Tcp:", ["RetransSegs"]), _counters(text, "TcpExt:", ["TCPTimeouts"])
+    ({'RetransSegs': 7}, {})
+    """
+    rows = [line.split()[1:] for line in text.splitlines() if line.startswith(row)]
     if len(rows) < 2:
         return {}
     values = dict(zip(rows[0], rows[1], strict=False))
-    return {k: int(values[k]) for k in UDP_COUNTERS if k in values}
+    return {k: int(values[k]) for k in names if k in values}
 
 
 def _qdisc_drops(text: str) -> dict[str, int]:

@@ -40,6 +40,7 @@ __all__ = [
     "phase_bounds",
     "phase_messages",
     "rank_hosts",
+    "sender_shares",
 ]
 #: The ones the emulated network builds (``cluster.topology`` of ``cluster=netem``).
 EMULATED = ("switch", "bus", "racks", "fattree")
@@ -50,6 +51,9 @@ RACKED = ("racks", "fattree")
 QUEUES_ON_PATH = {"switch": 2, "bus": 3, "racks": 4, "fattree": 6}
 #: The share of the busiest link's rate a multicast sender's pace is set to fill.
 PACE_SHARE = 0.95
+#: The same for a TCP sender (``transport=direct``): the kernel paces IP packets, so 1500
+#: bytes a frame where the link carries 1514; TCP backs off where a queue still fills.
+TCP_PACE_SHARE = 0.99
 
 
 def bucket_bytes(rate_mbit: float) -> int:
@@ -171,16 +175,31 @@ class Shape:
             "pod_uplink": unit(self.pod_uplink()),
         }
 
-    def paces(self, phases: Mapping[str, Iterable[Message]]) -> dict[str, float]:
-        """Per phase, the pace (Mbit/s) at which every multicast sender can send at once
-        without overrunning a link. A sender that spreads its phase's ``B(s)`` bytes evenly at
+    def paces(
+        self,
+        phases: Mapping[str, Iterable[Message]],
+        multicast: bool = True,
+        share: float = PACE_SHARE,
+    ) -> dict[str, float]:
+        """Per phase, the pace (Mbit/s) at which every sender can send at once without
+        overrunning a link. A sender that spreads its phase's ``B(s)`` bytes evenly at
         pace ``p`` puts ``p · b(s→x) / B(s)`` on a link ``x`` that carries ``b(s→x)`` of them,
         so ``p`` is the link's rate over ``max_x Σ_s b(s→x) / B(s)``: the link loads of each
         message scaled by ``1 / B(its sender)``, at the rates over the host link's. Never above
-        a sender's own link; :data:`PACE_SHARE` of that, to leave room for the rest."""
+        a sender's own link; ``share`` of that, to leave room for the rest. ``multicast``:
+        a message for several receivers leaves once; else once for each (TCP).
+
+        >>> all_to_all = {"shuffle": [(s, [r], 1.0) for s in range(4) for r in range(4) if r != s]}
+        >>> Shape("switch", 100).paces(all_to_all, multicast=False, share=1.0)
+        {'shuffle': 100.0}
+        >>> Shape("bus", 100).paces(all_to_all, multicast=False, share=1.0)
+        {'shuffle': 25.0}
+        """
         out = {}
         for phase, messages in phases.items():
             messages = list(messages)
+            if not multicast:
+                messages = [(s, [r], size) for s, receivers, size in messages for r in receivers]
             sent: dict[int, float] = {}
             for sender, _, size in messages:
                 sent[sender] = sent.get(sender, 0.0) + size
@@ -189,8 +208,24 @@ class Shape:
             loads = self.link_bytes(shares, n_hosts, multicast=True)
             # in units of the host link: 1 where a link is as busy as the sender's own
             use = bounds.seconds(self._rates(lambda mbit: mbit / self.rate_mbit), loads)
-            out[phase] = PACE_SHARE * self.rate_mbit / max(1.0, use)
+            out[phase] = share * self.rate_mbit / max(1.0, use)
         return out
+
+
+def sender_shares(messages: Iterable[Message], sender: int) -> dict[int, float]:
+    """Each receiver's share of what ``sender`` sends in ``messages``, counted once per
+    receiver (the unicast pace of each of its connections is its pace times this).
+
+    >>> sender_shares([(0, [1, 2], 2.0), (0, [3], 4.0), (1, [0], 9.0)], 0)
+    {1: 0.25, 2: 0.25, 3: 0.5}
+    """
+    sent: dict[int, float] = {}
+    for s, receivers, size in messages:
+        if s == sender:
+            for r in receivers:
+                sent[r] = sent.get(r, 0.0) + size
+    total = sum(sent.values())
+    return {r: v / total for r, v in sorted(sent.items())} if total else {}
 
 
 def check(

@@ -112,6 +112,7 @@ def test_the_reader_sets_each_run_beside_its_baselines_and_bounds(sweep):
     ps = by["switch", "dnn", "ssgd"]
     assert ps["shuffle_bound_ms"] == ps["params_bound_ms"] == ms(4 * D4 / RATE)  # 1.28 ms
     assert ps["comm_bound_ms"] == ms(8 * D4 / RATE)
+    assert ps["step_x"] == round(0.010 / (8 * D4 / RATE), 3)  # the step over both phases' bound
     assert ps["shuffle_x"] == round(4.0 / 1.28, 3) and ps["params_x"] == round(2.0 / 1.28, 3)
     # ring all-reduce: each link carries 2(K-1)/K of d; on a bus all K rings share the medium
     ring = 2 * 3 / 4 * D4

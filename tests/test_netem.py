@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import dcoded.config
+import dcoded.engine.direct
 import dcoded.errors
 import dcoded.run
 import dcoded.topology
@@ -1113,6 +1114,38 @@ def test_multicast_paces_are_each_links_share(topology, shuffle, r):
         assert spec.pace_mbit["shuffle"] == pytest.approx(rate)
 
 
+@pytest.mark.parametrize("topology", ["switch", "bus", "racks"])
+def test_direct_paces_each_connection_at_its_share_of_the_links(topology):
+    """transport=direct on the emulated network: each sender's pace per phase is what every
+    sender can send at once, every copy of a message counted (K - 1 unicast copies of θ's
+    segment on one bus medium: a K-th of it each), and each connection gets its receiver's
+    share; off the emulated network nothing is paced unless transport.pace_mbit says so."""
+    cfg = netem_config(
+        "transport=direct",
+        f"cluster.topology={topology}",
+        "cluster.rack_size=2",
+        "cluster.uplink_mbit=50",
+        "coding.redundancy=2",
+        "cluster.n_workers=4",
+    )
+    spec = dcoded.config.build_spec(cfg)[0]
+    rate = 100 * dcoded.topology.TCP_PACE_SHARE
+    if topology == "switch":  # every receiver hears every other sender: each link full
+        assert spec.pace_mbit == pytest.approx({"shuffle": rate, "seg": rate})
+    if topology == "bus":
+        assert spec.pace_mbit["seg"] == pytest.approx(rate / 4)
+    if topology == "racks":  # 2 of each rank's 3 segment copies cross its rack's 50 Mbit/s
+        assert spec.pace_mbit["seg"] == pytest.approx(rate * 50 / 100 / (2 * 2 / 3))
+    paces = dcoded.engine.direct.tcp_paces(spec, 0)
+    assert set(paces["seg"]) == {1, 2, 3}
+    assert sum(paces["seg"].values()) == pytest.approx(spec.pace_mbit["seg"])
+    assert sum(paces["shuffle"].values()) == pytest.approx(spec.pace_mbit["shuffle"])
+    local = dcoded.config.build_spec(compose_config(["transport=direct"]))[0]
+    assert local.pace_mbit is None
+    given = compose_config(["transport=direct", "transport.pace_mbit=40"])
+    assert dcoded.config.build_spec(given)[0].pace_mbit == {"shuffle": 40.0, "seg": 40.0}
+
+
 @needs_netem
 @pytest.mark.slow
 def test_multicast_on_oversubscribed_racks_stays_within_its_links(tmp_path):
@@ -1281,13 +1314,17 @@ def test_the_kernels_loss_counters_are_read_and_compared():
         "Ip: Forwarding DefaultTTL\nIp: 1 64\n"
         "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n"
         "Udp: 120 0 3 80 2 1\n"
+        "Tcp: RtoMin OutSegs RetransSegs\nTcp: 200 900 14\n"
+        "TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 3\n"
     )
-    assert netem._udp_counters(snmp) == {
+    assert netem._counters(snmp, "Udp:", netem.UDP_COUNTERS) == {
         "InDatagrams": 120,
         "InErrors": 3,
         "RcvbufErrors": 2,
         "SndbufErrors": 1,
     }
+    assert netem._counters(snmp, "Tcp:", ["RetransSegs"]) == {"RetransSegs": 14}
+    assert netem._counters(snmp, "TcpExt:", ["TCPTimeouts"]) == {"TCPTimeouts": 3}
     qdiscs = (
         "qdisc tbf 8001: dev eth0 root refcnt 2 rate 100Mbit burst 50000b lat 20ms\n"
         " Sent 1234 bytes 12 pkt (dropped 7, overlimits 3 requeues 0)\n"

@@ -98,6 +98,8 @@ def test_every_timer_that_stands_for_network_or_compute_time_is_dilated():
     assert dilated.replace_within_s == 8 * plain.replace_within_s
     assert dilated.repair_after_s == pytest.approx(8 * plain.repair_after_s)
     assert dilated.pace_mbit == {k: v / 8 for k, v in plain.pace_mbit.items()}
+    direct = [_driver_spec(t, "transport=direct", *common[1:]) for t in (None, 8.0)]
+    assert direct[1].pace_mbit == {k: v / 8 for k, v in direct[0].pace_mbit.items()}
     # what the math depends on does not change
     assert (dilated.placement.g, dilated.redundancy, dilated.steps) == (
         plain.placement.g,

@@ -109,6 +109,50 @@ def test_every_sender_at_its_pace_fills_the_busiest_link_and_overruns_none(shape
         assert busiest == pytest.approx(0.95), (phase, pace)
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        Shape("switch", 100),
+        Shape("bus", 100),
+        Shape("racks", 100, rack_size=2, uplink_mbit=30),
+        Shape("fattree", 100, rack_size=2, pod_racks=2, uplink_mbit=60, pod_uplink_mbit=25),
+    ],
+    ids=lambda s: s.kind,
+)
+@pytest.mark.parametrize(
+    ("shuffle", "r", "g"), [("coded", 1, 8), ("coded", 2, 8), ("summed", 3, 4)]
+)
+def test_every_tcp_connection_at_its_share_of_the_pace_overruns_no_link(shape, shuffle, r, g):
+    """Over TCP a message for several receivers leaves once for each: every connection of
+    every sender at once, each at the sender's pace times that receiver's share of its bytes
+    (:func:`topology.sender_shares`): no link carries more than the pace's share of its
+    rate, and the busiest carries just that (or the senders' own links bind first)."""
+    K, share = 8, topology.TCP_PACE_SHARE
+    capacity = {"out": shape.rate_mbit, "in": shape.rate_mbit, "bus": shape.rate_mbit}
+    capacity |= {"up": shape.uplink(), "down": shape.uplink()}
+    capacity |= {"pod_up": shape.pod_uplink(), "pod_down": shape.pod_uplink()}
+    phases = step_messages(Placement(K, r, g), shuffle, None)
+    for phase, pace in shape.paces(phases, multicast=False, share=share).items():
+        used: dict = {}
+        for s in {s for s, _, _ in phases[phase]}:
+            for receiver, part in topology.sender_shares(phases[phase], s).items():
+                for link in _links_crossed(shape, s, [receiver], K):
+                    used[link] = used.get(link, 0.0) + pace * part
+        busiest = max(
+            u / capacity[link if isinstance(link, str) else link[0]] for link, u in used.items()
+        )
+        assert busiest <= share + 1e-9, (phase, busiest)
+        assert busiest == pytest.approx(share), (phase, pace)
+    if shape.kind == "bus":  # every byte of all K senders crosses the one medium
+        assert shape.paces(phases, multicast=False, share=1.0)["params"] == pytest.approx(100 / K)
+
+
+def test_a_receivers_share_counts_every_copy_sent_to_it():
+    messages = [(0, [1, 2], 3.0), (0, [2], 1.0), (1, [0], 5.0)]
+    assert topology.sender_shares(messages, 0) == {1: 3 / 7, 2: 4 / 7}
+    assert topology.sender_shares(messages, 2) == {}
+
+
 def test_a_phase_that_sends_nothing_goes_at_the_senders_own_link():
     assert Shape("bus", 40).paces({"shuffle": []}) == {"shuffle": 0.95 * 40}
 

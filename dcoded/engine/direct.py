@@ -31,7 +31,13 @@ from distributed import get_worker
 
 from dcoded.checkpoint import concat_shards
 from dcoded.coding import charged_value, sum_in_order
-from dcoded.coding.messages import message_needs, sent_bytes, shuffle_receives, shuffle_sends
+from dcoded.coding.messages import (
+    message_needs,
+    sent_bytes,
+    shuffle_receives,
+    shuffle_sends,
+    step_messages,
+)
 from dcoded.coding.stragglers import (
     decode_requests,
     encode_requests,
@@ -63,6 +69,7 @@ from dcoded.engine.registry import WorkerState, record, task_key
 from dcoded.engine.spec import RunSpec
 from dcoded.engine.straggle import Injector
 from dcoded.errors import Aborted, PeerLost, PeerTimeout, StepTimeout, WorkerLost
+from dcoded.topology import sender_shares
 
 # --------------------------------------------------------------------------- on the workers
 
@@ -88,6 +95,8 @@ def setup(
         )
     else:
         link = Link(run_id, rank, peers, get_worker())
+        if spec.pace_mbit:
+            link.pace(tcp_paces(spec, rank))
     link.connect_timeout *= spec.dilation  # the scale model: a connection is network time
     link.unacked_timeout_s = spec.step_timeout_s  # not Dask's 30 s: a live peer is not lost
     link.open(send_peers(spec, rank), spec.step_timeout_s)  # while no rank computes
@@ -96,6 +105,20 @@ def setup(
     if spec.stragglers:
         link.serve = lambda step, asker, data: _serve(st, link, step, asker, data)
     return out
+
+
+def tcp_paces(spec: RunSpec, rank: int) -> dict[str, dict[int, float]]:
+    """Per phase (``shuffle``, ``seg``), the pace in Mbit/s of ``rank``'s connection to each
+    peer it sends to: the rank's pace for the phase (``spec.pace_mbit``) times that peer's
+    share of what it sends then (:func:`dcoded.topology.sender_shares`)."""
+    phases = step_messages(spec.placement, spec.shuffle, spec.hybrid)
+    return {
+        key: {
+            peer: spec.pace_mbit[key] * share
+            for peer, share in sender_shares(phases[phase], rank).items()
+        }
+        for key, phase in (("shuffle", "shuffle"), ("seg", "params"))
+    }
 
 
 def send_peers(spec: RunSpec, rank: int) -> set[int]:

@@ -33,6 +33,9 @@ CONNECT_TIMEOUT_S = 10.0
 #: Linux's ``TCP_USER_TIMEOUT`` option: how long sent data may go unacknowledged before the
 #: kernel closes the connection (18 where ``socket`` does not name it).
 TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
+#: Linux's ``SO_MAX_PACING_RATE``: the most bytes a second the kernel lets a socket send
+#: (it paces the packets evenly); 47 where ``socket`` does not name it.
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 #: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
 _LINKS: dict[tuple[str, int], Link] = {}
@@ -68,6 +71,10 @@ class Link:
         self._floor = -1  # messages of steps before this one are dropped on arrival
         #: ``serve(step, asker, data)``: answers a plain-value request (set by the step loop)
         self.serve = None
+        #: phase (``shuffle``, ``seg``) -> peer -> bytes a second its connection is paced at
+        #: (:meth:`pace`); empty: unpaced
+        self.tcp_paces: dict[str, dict[int, int]] = {}
+        self._paced: dict[int, int] = {}  # peer -> the pace its connection has now
         worker.handlers[PUSH] = _on_push
         _LINKS[(run_id, rank)] = self
 
@@ -173,6 +180,29 @@ class Link:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ sending
+    def pace(self, mbit: dict[str, dict[int, float]]) -> None:
+        """Pace each connection, per phase (``shuffle``, ``seg``), at ``mbit[phase][peer]``
+        Mbit/s: its share of what this rank can send while every rank sends at once
+        (:func:`dcoded.topology.sender_shares`). Unpaced, the ``K - 1`` connections of a rank
+        each hand a whole message to its link at once, past what its queue holds; every
+        dropped packet is sent again and the exchange takes twice its bound."""
+        self.tcp_paces = {
+            phase: {peer: max(int(v * 1e6 / 8), 1) for peer, v in by_peer.items()}
+            for phase, by_peer in mbit.items()
+        }
+
+    def _set_pace(self, dest: int, comm, phase: str) -> None:
+        """Pace the connection to ``dest`` for ``phase`` (``seg`` or ``shuffle``) before a
+        message of it is written; a peer without a share in the phase keeps its pace."""
+        rate = self.tcp_paces.get(phase, {}).get(dest)
+        if rate is None or self._paced.get(dest) == rate:
+            return
+        sock = getattr(getattr(comm, "stream", None), "socket", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, min(rate, 2**32 - 1))
+        self._paced[dest] = rate
+
     def send(self, messages: list[tuple[int, str, str, np.ndarray]], phase: str = "") -> None:
         """Push ``(rank, key, kind, array)`` messages without waiting; the sends to one peer
         go in order on its connection, those to different peers at once. ``phase``: the
@@ -180,7 +210,8 @@ class Link:
         with self._send_lock:
             for _, _, kind, data in messages:
                 self.sent[kind] += data.nbytes
-        future = asyncio.run_coroutine_threadsafe(self._send_all(messages), self.loop)
+        which = "seg" if phase == "params" else None
+        future = asyncio.run_coroutine_threadsafe(self._send_all(messages, which), self.loop)
         future.add_done_callback(self._sent)
         self._inflight.append(future)
 
@@ -210,8 +241,8 @@ class Link:
         elif future.exception() is not None:
             self.fail(future.exception())
 
-    async def _send_all(self, messages) -> None:
-        await asyncio.gather(*(self._send(*m) for m in messages))
+    async def _send_all(self, messages, phase: str | None = None) -> None:
+        await asyncio.gather(*(self._send(*m, phase=phase) for m in messages))
 
     def open(self, dests, timeout: float) -> None:
         """Open the connections to ``dests`` now, before a step computes. A connection's
@@ -233,9 +264,13 @@ class Link:
 
         await asyncio.gather(*(one(d) for d in dests))
 
-    async def _send(self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH) -> None:
+    async def _send(
+        self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH, phase=None
+    ) -> None:
         async with self._locks.setdefault(dest, asyncio.Lock()):
             comm = await self._connection(dest)
+            if self.tcp_paces:
+                self._set_pace(dest, comm, phase or ("seg" if kind == "seg" else "shuffle"))
             msg = {
                 "op": op,
                 "reply": False,

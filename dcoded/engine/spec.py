@@ -47,7 +47,7 @@ class RunSpec:
     transport: str = "dask"
     steps_per_task: int = 0
     overlap: bool = True
-    pace_mbit: Mapping | None = None  # multicast: each sender's pace by phase (shuffle, seg)
+    pace_mbit: Mapping | None = None  # each sender's pace by phase (shuffle, seg), or None
     test_drop: float = 0.0  # multicast: a seeded fraction of datagrams dropped (tests only)
     repair_after_s: float = 0.05  # multicast: how long a datagram may take on the way
     #: ``coding.stragglers``: a step never waits for the ``s`` slowest maps (``s <= r - 1``)
