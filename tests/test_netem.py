@@ -1428,8 +1428,12 @@ def test_cdc_at_K_16_r_3_on_a_dropping_switch_runs_and_equals_serial(tmp_path, m
         "train.steps=4",
     ]
     links = ["cluster.bandwidth_mbit=25", "cluster.queue_ms=20"]  # the emulated switch's
+    # each connection paced at 40 times its share: the queues overflow as they did unpaced
+    links.append("transport.pace_mbit=1000")
     serial = dcoded.run.run(compose_config([*common, "algorithm=serial", "cluster=local"]))
     got = dcoded.run.run(compose_config([*common, *links, "algorithm=cdc"]), out_dir=tmp_path)
     assert got["status"] == "finished" and got["steps_done"] == 4
     assert got["param_sha256"] == serial["param_sha256"]
     assert got["environment"]["netem"]["bandwidth_mbit"] == 25.0
+    dropped = sum(sum(v.get("qdisc_dropped", {}).values()) for v in got["kernel_losses"].values())
+    assert dropped > 1000, got["kernel_losses"]  # what the test is about: links that drop
