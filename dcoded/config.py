@@ -34,7 +34,7 @@ from dcoded.errors import ConfigError, DatasetError
 from dcoded.models import MODELS
 from dcoded.optim import SegmentOptimizer, check_optimizer
 from dcoded.settings import check_settings
-from dcoded.topology import TCP_PACE_SHARE, Shape
+from dcoded.topology import PACE_SHARE, TCP_PACE_SHARE, Shape
 
 #: The Hydra configs: ``conf/`` at the top of the repository, installed as the package
 #: ``dcoded.conf`` (wheel, sdist and editable install alike), so ``python -m dcoded`` finds them
@@ -267,7 +267,7 @@ def _transport_fields(
         paces = _paces(cluster, transport_cfg, placement, shuffle, plan)
         repair_after = _repair_after_ms(cluster, transport_cfg)
     elif transport == "direct":
-        paces = _tcp_paces(cluster, transport_cfg, placement, shuffle, plan)
+        paces = _paces(cluster, transport_cfg, placement, shuffle, plan, multicast=False)
     if paces:
         paces = {phase: pace / tdf for phase, pace in paces.items()}
     return {
@@ -529,42 +529,37 @@ def _repair_after_ms(cluster: Mapping, transport: Mapping) -> float:
 
 
 def _paces(
-    cluster: Mapping, transport: Mapping, placement: Placement, shuffle: str, plan
-) -> dict[str, float]:
-    """Each multicast sender's pace in Mbit/s, per phase (``shuffle``, ``seg``):
-    ``transport.pace_mbit``, or the most every sender can use at once without overrunning a
-    link of the network (:meth:`dcoded.topology.Shape.paces`)."""
-    if transport.get("pace_mbit"):
-        pace = transport["pace_mbit"]
-        return {"shuffle": float(pace), "seg": float(pace)}
-    links = cluster.get("netem") or cluster
-    if not links.get("bandwidth_mbit"):
-        raise ConfigError(
-            "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
-        )
-    paces = Shape.of(links).paces(step_messages(placement, shuffle, plan))
-    return {"seg" if phase == "params" else phase: pace for phase, pace in paces.items()}
-
-
-def _tcp_paces(
-    cluster: Mapping, transport: Mapping, placement: Placement, shuffle: str, plan
+    cluster: Mapping,
+    transport: Mapping,
+    placement: Placement,
+    shuffle: str,
+    plan,
+    multicast: bool = True,
 ) -> dict[str, float] | None:
-    """Each TCP sender's pace in Mbit/s, per phase (``transport=direct``): as
-    :func:`_paces`, every receiver counted (:data:`dcoded.topology.TCP_PACE_SHARE`), where the
-    links are known (``transport.pace_mbit``, or the emulated network's); ``None`` elsewhere.
+    """Each sender's pace in Mbit/s, per phase (``shuffle``, ``seg``): ``transport.pace_mbit``,
+    or the most every sender can use at once without overrunning a link of the emulated
+    network (:meth:`dcoded.topology.Shape.paces`): a multicast message leaves once, at
+    :data:`~dcoded.topology.PACE_SHARE` of the links; over TCP (``multicast=False``:
+    ``transport=direct``) once for each receiver, at :data:`~dcoded.topology.TCP_PACE_SHARE`,
+    and ``None`` where the links are not known (nothing is paced).
 
-    Without it, a sender's ``K - 1`` connections each put a whole message in its link's
-    queue at once (TCP takes the token bucket's burst for the path's rate), the queue
-    overflows and the retransmissions double the exchange's time from ``K = 6`` up."""
+    Unpaced on the emulated network, a TCP sender's ``K - 1`` connections each put a whole
+    message in its link's queue at once (BBR takes the token bucket's burst for the path's
+    rate), the queue overflows and the retransmissions double the exchange's time from
+    ``K = 6`` up."""
     if transport.get("pace_mbit"):
         pace = float(transport["pace_mbit"])
         return {"shuffle": pace, "seg": pace}
-    links = cluster.get("netem") or (cluster if cluster.get("kind") == "netem" else None)
-    if not links or not links.get("bandwidth_mbit"):
-        return None
-    paces = Shape.of(links).paces(
-        step_messages(placement, shuffle, plan), multicast=False, share=TCP_PACE_SHARE
-    )
+    links = cluster.get("netem") or (cluster if multicast or cluster.get("kind") == "netem" else {})
+    if not links.get("bandwidth_mbit"):
+        if not multicast:
+            return None
+        raise ConfigError(
+            "transport=multicast on a LAN needs transport.pace_mbit (each sender's rate, Mbit/s)"
+        )
+    share = PACE_SHARE if multicast else TCP_PACE_SHARE
+    phases = step_messages(placement, shuffle, plan)
+    paces = Shape.of(links).paces(phases, multicast=multicast, share=share)
     return {"seg" if phase == "params" else phase: pace for phase, pace in paces.items()}
 
 
