@@ -438,6 +438,32 @@ def test_a_setup_that_comes_after_its_runs_teardown_keeps_nothing():
     assert registry.teardown("dc-live-setup") == 1
 
 
+def test_a_run_freezes_what_lives_at_its_setup_and_its_end_lets_it_go():
+    """A full collection of a worker's heap stalls every rank that waits for it: a worker's
+    first replica collects once and freezes what lives (nothing then walks it during the
+    run), and the end of the last run in the process unfreezes it, to be collected again."""
+    import gc
+
+    from dcoded.config import build_spec
+    from dcoded.engine import registry
+
+    spec, _, _ = build_spec(tiny_config())
+    others = dict(registry._STATES)  # another test's run in this process: set aside
+    registry._STATES.clear()
+    gc.unfreeze()
+    try:
+        registry.setup("dc-frozen", 0, spec)
+        assert gc.get_freeze_count() > 0
+        made = gc.get_freeze_count()
+        registry.setup("dc-frozen", 1, spec)  # not the first replica here: no second pass
+        assert gc.get_freeze_count() <= made  # (frozen objects that die leave the count)
+        assert registry.teardown("dc-frozen") == 2
+        assert gc.get_freeze_count() == 0
+    finally:
+        registry.teardown("dc-frozen")
+        registry._STATES.update(others)
+
+
 FAULTS = """
 import resource, sys
 import numpy as np
