@@ -438,7 +438,7 @@ def test_a_setup_that_comes_after_its_runs_teardown_keeps_nothing():
     assert registry.teardown("dc-live-setup") == 1
 
 
-def test_a_run_freezes_what_lives_at_its_setup_and_its_end_lets_it_go():
+def test_a_run_freezes_what_lives_at_its_setup_and_its_end_lets_it_go(monkeypatch):
     """A full collection of a worker's heap stalls every rank that waits for it: a worker's
     first replica collects once and freezes what lives (nothing then walks it during the
     run), and the end of the last run in the process unfreezes it, to be collected again."""
@@ -448,6 +448,8 @@ def test_a_run_freezes_what_lives_at_its_setup_and_its_end_lets_it_go():
     from dcoded.engine import registry
 
     spec, _, _ = build_spec(tiny_config())
+    assert not registry.worker_process()  # the test's own process: never frozen as it is
+    monkeypatch.setattr(registry, "worker_process", lambda: True)
     others = dict(registry._STATES)  # another test's run in this process: set aside
     registry._STATES.clear()
     gc.unfreeze()

@@ -14,6 +14,7 @@ shuffle, ``red``: cross-cluster sum, ``grad``: gradient to the parameter server)
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 import signal
 import threading
@@ -166,10 +167,17 @@ def setup(
             return result
         _STATES[(run_id, rank)] = st
         first = len(_STATES) == 1  # the first replica here (threads of one process: once)
-    if first:
+    if first and worker_process():
         hold_collections()
     st.throttle = throttle(run_id, rank, spec)
     return result
+
+
+def worker_process() -> bool:
+    """Whether this process is a worker of its own (a nanny's child), not the driver's with
+    its workers as threads (``LocalCluster(processes=False)``: a notebook's, a test's), where
+    freezing would hold the caller's heap and a collection of it costs every run."""
+    return multiprocessing.parent_process() is not None
 
 
 def hold_collections() -> None:
