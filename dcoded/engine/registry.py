@@ -186,7 +186,7 @@ def hold_collections() -> None:
     heap (a Dask worker with torch loaded) takes about 150 ms of CPU, and every rank waiting
     for that worker's messages waits for it: under the scale model at K = 8, the first run on
     a cluster met one every few steps (0.9 s of its host's dilated time each) and its median
-    step was 1.6x its bound, against 1.07x with the heap frozen. :func:`teardown` of the last
+    step was 1.6x its bound, against 1.1x with the heap frozen. :func:`teardown` of the last
     run in the process unfreezes it, so what the runs leave is collected again. (Not under
     ``_LOCK``: a collection runs finalizers.)"""
     gc.collect()
