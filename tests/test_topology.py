@@ -59,6 +59,15 @@ def test_a_parameter_server_step_is_bounded_by_the_drivers_link():
     assert topology.phase_bounds({**summary, "environment": {}}) == {}
 
 
+#: One network of each topology, its uplinks narrower than its hosts' links.
+SHAPES = [
+    Shape("switch", 100),
+    Shape("bus", 100),
+    Shape("racks", 100, rack_size=2, uplink_mbit=30),
+    Shape("fattree", 100, rack_size=2, pod_racks=2, uplink_mbit=60, pod_uplink_mbit=25),
+]
+
+
 def _links_crossed(shape: Shape, sender: int, receivers, n_workers: int) -> set:
     """Every shaped link one multicast copy crosses, by walking its paths: the sender's own
     link, each receiver's, and the uplinks between their racks and pods (once each)."""
@@ -75,16 +84,7 @@ def _links_crossed(shape: Shape, sender: int, receivers, n_workers: int) -> set:
     return {x for x in crossed if None not in (x if isinstance(x, tuple) else ())}
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [
-        Shape("switch", 100),
-        Shape("bus", 100),
-        Shape("racks", 100, rack_size=2, uplink_mbit=30),
-        Shape("fattree", 100, rack_size=2, pod_racks=2, uplink_mbit=60, pod_uplink_mbit=25),
-    ],
-    ids=lambda s: s.kind,
-)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.kind)
 @pytest.mark.parametrize(("shuffle", "r"), [("coded", 1), ("coded", 2), ("summed", 3)])
 def test_every_sender_at_its_pace_fills_the_busiest_link_and_overruns_none(shape, shuffle, r):
     """All senders at once, each spreading its phase's bytes evenly at the pace: no link
@@ -109,16 +109,7 @@ def test_every_sender_at_its_pace_fills_the_busiest_link_and_overruns_none(shape
         assert busiest == pytest.approx(0.95), (phase, pace)
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [
-        Shape("switch", 100),
-        Shape("bus", 100),
-        Shape("racks", 100, rack_size=2, uplink_mbit=30),
-        Shape("fattree", 100, rack_size=2, pod_racks=2, uplink_mbit=60, pod_uplink_mbit=25),
-    ],
-    ids=lambda s: s.kind,
-)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.kind)
 @pytest.mark.parametrize(
     ("shuffle", "r", "g"), [("coded", 1, 8), ("coded", 2, 8), ("summed", 3, 4)]
 )
