@@ -37,6 +37,18 @@ TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", 18)
 #: (it paces the packets evenly); 47 where ``socket`` does not name it.
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
+
+def pace_of(kind: str, phase: str = "") -> str:
+    """The pace a message goes at (``spec.pace_mbit``'s key): θ's all-gather's (``seg``) for
+    a segment, or anything sent in the ``params`` phase (the cross-cluster sum's summed
+    chunks go with θ's), else the shuffle's.
+
+    >>> pace_of("seg"), pace_of("red", "params"), pace_of("red"), pace_of("backup")
+    ('seg', 'seg', 'shuffle', 'shuffle')
+    """
+    return "seg" if phase == "params" or kind == "seg" else "shuffle"
+
+
 #: The links of this process, by ``(run_id, rank)``: where the handler files what arrives.
 _LINKS: dict[tuple[str, int], Link] = {}
 
@@ -210,8 +222,7 @@ class Link:
         with self._send_lock:
             for _, _, kind, data in messages:
                 self.sent[kind] += data.nbytes
-        which = "seg" if phase == "params" else None
-        future = asyncio.run_coroutine_threadsafe(self._send_all(messages, which), self.loop)
+        future = asyncio.run_coroutine_threadsafe(self._send_all(messages, phase), self.loop)
         future.add_done_callback(self._sent)
         self._inflight.append(future)
 
@@ -241,7 +252,7 @@ class Link:
         elif future.exception() is not None:
             self.fail(future.exception())
 
-    async def _send_all(self, messages, phase: str | None = None) -> None:
+    async def _send_all(self, messages, phase: str = "") -> None:
         await asyncio.gather(*(self._send(*m, phase=phase) for m in messages))
 
     def open(self, dests, timeout: float) -> None:
@@ -265,12 +276,12 @@ class Link:
         await asyncio.gather(*(one(d) for d in dests))
 
     async def _send(
-        self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH, phase=None
+        self, dest: int, key: str, kind: str, data: np.ndarray, op=PUSH, phase: str = ""
     ) -> None:
         async with self._locks.setdefault(dest, asyncio.Lock()):
             comm = await self._connection(dest)
             if self.tcp_paces:
-                self._set_pace(dest, comm, phase or ("seg" if kind == "seg" else "shuffle"))
+                self._set_pace(dest, comm, pace_of(kind, phase))
             msg = {
                 "op": op,
                 "reply": False,

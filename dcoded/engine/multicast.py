@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from dcoded.engine.link import _LINKS, Link
+from dcoded.engine.link import _LINKS, Link, pace_of
 from dcoded.errors import PeerLost, PeerTimeout
 
 #: The worker handler that receives negative acknowledgements.
@@ -196,7 +196,7 @@ class MulticastLink(Link):
                 self._kept[key] = (datagrams, _step_of(key))
                 dest = self.ips[dests[0]] if len(dests) == 1 else None
                 where = dest or group_address(self.run_id, dests)
-                pace = self.paces["seg"] if phase == "params" else self._pace(kind)
+                pace = self.paces[pace_of(kind, phase)]
                 batch.append(((key, None), where, datagrams, pace))
                 for requester in self._marker_owed.pop(key, ()):  # asked for before it was made
                     markers.append(self._marker(key, requester))
@@ -204,9 +204,6 @@ class MulticastLink(Link):
             # marker goes behind every message of the batch, its own among them)
             self._outbox.put(batch + markers)
             self._forget_old()
-
-    def _pace(self, kind: str) -> float:
-        return self.paces["seg" if kind == "seg" else "shuffle"]
 
     def flush(self, timeout: float) -> None:
         """Wait until the sender thread has put every queued datagram on the network."""
@@ -289,7 +286,7 @@ class MulticastLink(Link):
             _as_repair(datagrams[i]) for i in (missing if len(missing) else range(len(datagrams)))
         ]
         self.repaired += len(again)
-        self._outbox.put([((key, requester), self.ips[requester], again, self._pace("shuffle"))])
+        self._outbox.put([((key, requester), self.ips[requester], again, self.paces["shuffle"])])
 
     def _mark(self, key: str, requester: int) -> None:
         """Queue a marker of ``key`` for ``requester`` behind all this rank has queued."""
