@@ -101,23 +101,12 @@ def sweep_jobs(
     """Every job of ``python -m dcoded -m experiment=<experiment> *overrides``: its overrides
     and its config (resolved, no ``hydra`` node), as Hydra's basic sweeper and launcher
     compose them. ``config_dir``: another copy of ``conf/`` (tests)."""
-    from hydra import initialize_config_dir, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from dcoded.config import CONFIG_MODULE
     from dcoded.config import sweep_jobs as jobs_of
 
-    init = (
-        initialize_config_dir(config_dir=str(config_dir), version_base="1.3")
-        if config_dir is not None
-        else initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3")
-    )
-    with init:
-        master = GlobalHydra.instance().hydra.compose_config(
-            "config", [f"experiment={experiment}", *overrides], run_mode=RunMode.MULTIRUN
-        )
+    with _hydra(config_dir):
+        master = _master(experiment, overrides)
         try:
             jobs = [
                 (job, OmegaConf.to_container(cfg, resolve=True)) for job, cfg in jobs_of(master)
@@ -125,6 +114,45 @@ def sweep_jobs(
         except ValueError as e:
             raise ValueError(f"{experiment}: {e}") from None
     return jobs
+
+
+def composes(experiment: str, overrides: list[str], config_dir: Path | None = None) -> None:
+    """Compose the multirun's master config only, each swept override at its first value,
+    raising what Hydra raises: the experiment, every key and every group option but a swept
+    group's later ones. What ``paper.sweep --check`` asks of a sweep that has no results (and
+    so no key to compare): composing every job, as :func:`sweep_jobs` does, takes seconds a
+    sweep, this about a tenth of one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    first = []
+    for line, o in zip(overrides, OverridesParser.create().parse_overrides(overrides), strict=True):
+        try:
+            value = next(o.sweep_string_iterator()) if o.is_sweep_override() else None
+        except Exception:  # a glob or an interval: the master config skips it, as Hydra does
+            value = None
+        first.append(line if value is None else f"{o.get_key_element()}={value}")
+    with _hydra(config_dir):
+        _master(experiment, first)
+
+
+def _hydra(config_dir: Path | None):
+    """Hydra initialised on ``dcoded.conf`` (or another copy of ``conf/``)."""
+    from hydra import initialize_config_dir, initialize_config_module
+
+    from dcoded.config import CONFIG_MODULE
+
+    if config_dir is not None:
+        return initialize_config_dir(config_dir=str(config_dir), version_base="1.3")
+    return initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3")
+
+
+def _master(experiment: str, overrides: list[str]):
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    return GlobalHydra.instance().hydra.compose_config(
+        "config", [f"experiment={experiment}", *overrides], run_mode=RunMode.MULTIRUN
+    )
 
 
 def plan(

@@ -281,7 +281,7 @@ def curves(by_seed: dict[int, Run], step_s: dict[int, float] | None = None) -> d
     }
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     plt = output.pyplot()
     grouped = groups(results, size)
     timings = timing(results, size)

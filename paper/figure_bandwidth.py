@@ -47,7 +47,7 @@ def compute(results: Path, size: str) -> tuple[list[dict], list[str]]:
     return rows, ["model", "mbit_s", *(f"r{r}_ms" for r in sorted(rs)), "best_r"]
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     plt = output.pyplot()
     data = grid(results, size)
     fig, axes = plt.subplots(1, len(data), figsize=(6 * len(data), 4), squeeze=False)

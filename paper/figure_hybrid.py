@@ -55,7 +55,7 @@ def compute(results: Path | None = None, size: str | None = None) -> list[dict]:
     return rows
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     rows = compute()
     plt = output.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")

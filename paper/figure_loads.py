@@ -99,7 +99,7 @@ def compute(results: Path, size: str) -> list[dict]:
     return rows
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     plt = output.pyplot()
     cdc = load(results, size, "paper_loads")
     K, d = cdc[0]["n_workers"], 4 * cdc[0]["n_params"]

@@ -91,7 +91,7 @@ def to_step(summary: dict) -> dict:
     return {**summary, "time_s": {**t, **scaled}}
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     plt = output.pyplot()
     by_model = runs(results, size)
     fig, axes = plt.subplots(

@@ -423,7 +423,7 @@ def crossovers(rows: list[dict]) -> list[dict]:
 # --------------------------------------------------------------------------- drawing
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     every = runs(results, size)
     cal = refit(every, results, size)
     rows = measured_rows(every, cal)

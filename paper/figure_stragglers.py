@@ -221,7 +221,7 @@ def compute(results: Path, size: str) -> list[dict]:
     return rows
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     rows = compute(results, size)
     said = conditions(results, size)
     plt = output.pyplot()

@@ -152,7 +152,7 @@ def conditions(rows: list[dict]) -> str:
     return said
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     rows = compute(results, size)
     plt = output.pyplot()
     shown = [t for t in EMULATED if any(x["topology"] == t for x in rows)]  # the sweep's

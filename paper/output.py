@@ -60,11 +60,37 @@ def pyplot():
 
 
 def cli(module_main, argv: list[str] | None = None, prog: str = "") -> int:
-    """The command line every stage-2 script shares: ``--size``, ``--results``, ``--out``."""
-    parser = argparse.ArgumentParser(prog=prog)
+    """The command line every stage-2 script shares: ``--size``, ``--results``, and where it
+    draws: ``--out DIR``, ``--into-paper`` (the shipped report), else ``paths.drawn``."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Draw from the results of python -m paper.sweep (changing none of them). "
+        "By default into <results>/<size>/report/, out of git: the shipped paper/REPORT.md, "
+        "paper/figures/ and paper/tables/ are left as they are unless --into-paper.",
+    )
     parser.add_argument("--size", choices=paths.SIZES, default="small")
-    parser.add_argument("--results", type=Path, default=paths.RESULTS)
-    parser.add_argument("--out", type=Path, default=paths.OUTPUT)
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=paths.RESULTS,
+        metavar="DIR",
+        help="stage 1's results (default: paper/results)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write figures/, tables/ and REPORT.md into DIR (default: <results>/<size>/report/)",
+    )
+    where.add_argument(
+        "--into-paper",
+        action="store_true",
+        help="rewrite the shipped report in paper/ (REPORT.md, figures/, tables/), as when "
+        "rebuilding it for a commit (make paper INTO_PAPER=1)",
+    )
     args = parser.parse_args(argv)
-    module_main(results=args.results, size=args.size, out=args.out)
+    out = paths.SHIPPED if args.into_paper else args.out or paths.drawn(args.results, args.size)
+    module_main(results=args.results, size=args.size, out=out)
     return 0

@@ -7,7 +7,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "paper"
 RESULTS = PAPER / "results"  # stage 1 writes here (not in git)
-OUTPUT = PAPER  # stage 2 writes figures/, tables/ and REPORT.md here
+#: The shipped report (in git): figures/, tables/ and REPORT.md. Stage 2 rewrites it only when
+#: told to (``python -m paper.draw --into-paper``); by default it draws into :func:`drawn`.
+SHIPPED = PAPER
 
 #: The experiments in the order stage 1 runs them, with what each rebuilds.
 EXPERIMENTS = {
@@ -54,6 +56,12 @@ SIZES = ("small", "full")
 
 def sweep_dir(results: Path, size: str, experiment: str) -> Path:
     return Path(results) / size / experiment
+
+
+def drawn(results: Path, size: str) -> Path:
+    """Where stage 2 draws by default: beside the results it reads, ``<results>/<size>/report/``
+    (``paper/results/`` is not in git, so drawing leaves a checkout as it was)."""
+    return Path(results) / size / "report"
 
 
 def figures(out: Path) -> Path:

@@ -151,7 +151,7 @@ def _missing(results: Path, size: str, experiments) -> str | None:
     return None
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     now = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
     parts = [prose("head", size=size, now=now), "", f"## {summary.TITLE}", ""]
     parts += [summary.section(results, size), "", "## Conditions", ""]

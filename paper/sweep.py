@@ -178,10 +178,13 @@ def sweep_overrides(
     ]
 
 
-def state(dest: Path, now: cache.Plan) -> tuple[str, str | None]:
-    """``(state, why)``: ``fresh``, ``stale`` (why), ``missing`` or ``incomplete``."""
+def state(dest: Path, now: cache.Plan | None) -> tuple[str, str | None]:
+    """``(state, why)``: ``fresh``, ``stale`` (why), ``missing`` or ``incomplete``. ``now``,
+    the sweep's plan, is read only where ``dest`` holds a finished sweep's record."""
     record = cache.read_record(dest)
     if record is not None:
+        if now is None:
+            raise ValueError(f"{dest} holds a finished sweep: its state needs the plan")
         why = cache.stale_reason(record, now)
         return ("stale", why) if why else ("fresh", None)
     if not dest.exists():
@@ -191,11 +194,17 @@ def state(dest: Path, now: cache.Plan) -> tuple[str, str | None]:
     return "incomplete", None
 
 
-def _plan(experiment: str, overrides: list[str], code: str) -> cache.Plan:
+def _plan(experiment: str, overrides: list[str], code: str, jobs: bool = True) -> cache.Plan | None:
+    """The sweep's plan, every job composed; with ``jobs=False``, ``None`` once its master
+    config composes (:func:`cache.composes`): all ``--check`` needs of a sweep with no results,
+    which has no key to compare (composing every job of every sweep took it 20 s)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
+        if not jobs:
+            cache.composes(experiment, overrides)
+            return None
         return cache.plan(experiment, overrides, code=code)
     except (HydraException, OmegaConfBaseException) as e:
         raise SystemExit(
@@ -295,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             data = []
             common = [o for o in common if not o.lstrip("+~").startswith(("dataset.", "dataset="))]
         overrides = sweep_overrides(args.size, cluster, data, common, own)
-        now = _plan(experiment, overrides, code)
+        finished = cache.read_record(dest) is not None
+        now = _plan(experiment, overrides, code, jobs=finished or not args.check)
         status, why = state(dest, now)
         if args.check:
             print(f"{experiment}: {status}" + (f" ({why})" if why else ""))

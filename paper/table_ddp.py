@@ -105,7 +105,7 @@ def section(results: Path, size: str) -> str:
     )
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     record = read(results, size)
     if record is None:
         print(f"{TITLE}: not run", file=sys.stderr)

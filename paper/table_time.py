@@ -241,7 +241,7 @@ def every_run(results: Path, size: str) -> list[dict]:
     return out
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     first = runs(results, size)[0]
     rows = compute(results, size)
     seeds = rows[0]["seeds"] if rows else 0

@@ -158,7 +158,7 @@ def compute(results: Path, size: str) -> list[dict]:
     return rows
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     output.write_table(
         compute(results, size),
         COLUMNS,

@@ -115,7 +115,7 @@ def grid_table(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return list(out.values()), ["model", "algorithm", "momentum", *(f"lr={x:g}" for x in rates)]
 
 
-def main(results: Path = paths.RESULTS, size: str = "small", out: Path = paths.OUTPUT) -> None:
+def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     rows = compute(results, size)
     table, columns = grid_table(rows)
     output.write_table(

@@ -9,6 +9,7 @@ import copy
 import csv
 import functools
 import json
+import os
 import re
 import shutil
 import statistics
@@ -508,8 +509,8 @@ def test_time_to_accuracy_is_the_first_evaluation_at_the_target_of_each_seed(tmp
 def test_every_figure_drawn_is_embedded_once():
     """Against what the scripts drew (the figures committed with the report), not against
     the list of sections itself."""
-    drawn = sorted(p.name for p in paths.figures(paths.OUTPUT).glob("*.png"))
-    text = paths.report(paths.OUTPUT).read_text()
+    drawn = sorted(p.name for p in paths.figures(paths.SHIPPED).glob("*.png"))
+    text = paths.report(paths.SHIPPED).read_text()
     assert [text.count(f"](figures/{f})") for f in drawn] == [1] * len(drawn)
     for section in SECTIONS:  # a figure not drawn: its section says it did not run
         body = text.split(f"## {section.TITLE}\n")[1].split("\n## ")[0]
@@ -540,9 +541,9 @@ def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
     """REPORT.md's numbers, recomputed from independent sources: Table 1's reductions from
     the seconds of every run in the committed CSV (the mean over seeds of each seed's),
     Figure 2's theory from ``load_table``, Figure 7's sentence from ``exchange_table``."""
-    text = paths.report(paths.OUTPUT).read_text()
-    every = _csv(paths.tables(paths.OUTPUT) / "table1_every_run.csv")
-    for row in _csv(paths.tables(paths.OUTPUT) / "table1_training_time.csv"):
+    text = paths.report(paths.SHIPPED).read_text()
+    every = _csv(paths.tables(paths.SHIPPED) / "table1_every_run.csv")
+    for row in _csv(paths.tables(paths.SHIPPED) / "table1_training_time.csv"):
         if not row["coded_s"]:
             continue
         mine = [r for r in every if r["model"] == row["model"]]
@@ -588,8 +589,8 @@ def test_the_committed_report_agrees_with_its_tables_and_the_closed_forms():
 def test_the_committed_accuracy_sentences_are_their_tables_rows():
     """Figure 4's and Table 1b's sentences in REPORT.md, each number from its row of the
     committed CSV; Figure 3's all-gather of θ from the r < K rows of its table."""
-    text = paths.report(paths.OUTPUT).read_text()
-    rows = _csv(paths.tables(paths.OUTPUT) / "fig4_accuracy.csv")
+    text = paths.report(paths.SHIPPED).read_text()
+    rows = _csv(paths.tables(paths.SHIPPED) / "fig4_accuracy.csv")
     for row in rows:
         if row["run"] == "ssgd" or not row["minus_ssgd"]:
             continue
@@ -615,7 +616,7 @@ def test_the_committed_accuracy_sentences_are_their_tables_rows():
             else "undecided"
         )
         assert row["same_as_ssgd"] == expected
-    for row in _csv(paths.tables(paths.OUTPUT) / "table1b_time_to_accuracy.csv"):
+    for row in _csv(paths.tables(paths.SHIPPED) / "table1b_time_to_accuracy.csv"):
         if row.get("coded_best") != "True" or not row["reached"] or row["reached"] == "0":
             continue
         start = f"- {row['model']} on {row['data']}: cdc at its best coded"
@@ -628,7 +629,7 @@ def test_the_committed_accuracy_sentences_are_their_tables_rows():
             ours = float(row["less_than_ssgd_pct"])
             here = f"{ours:.1f}%" if ours >= 0 else f"{-ours:.1f}% *more*"
             assert f"; {here} less time than SSGD to the target" in line, line
-    phases = _csv(paths.tables(paths.OUTPUT) / "fig3_phases.csv")
+    phases = _csv(paths.tables(paths.SHIPPED) / "fig3_phases.csv")
     for model in dict.fromkeys(r["model"] for r in phases):
         seed = min(r["seed"] for r in phases if r["model"] == model)
         mine = [r for r in phases if (r["model"], r["seed"]) == (model, seed)]
@@ -646,11 +647,11 @@ def test_the_committed_scaling_section_agrees_with_figure_9s_table():
     """Each topology's sentence in the Figures 9/10 section, from the committed
     ``fig9_scaling.csv``: DDP's and cdc's best step at the least and the largest K, cdc's best
     over DDP's at each K, and at which K its interval over the seeds says faster or slower."""
-    text = paths.report(paths.OUTPUT).read_text()
+    text = paths.report(paths.SHIPPED).read_text()
     section = text.split("(Figures 9 and 10)")[1].split("\n## ")[0]
     if "not run" in section.split("\n\n")[1]:
         pytest.skip("the committed report was built without BEYOND=1: no Figure 9 to check")
-    rows = _csv(paths.tables(paths.OUTPUT) / "fig9_scaling.csv")
+    rows = _csv(paths.tables(paths.SHIPPED) / "fig9_scaling.csv")
     networks = sorted({r["network"] for r in rows})
     assert "switch" in networks  # the bus and racks are run by hand, drawn where present
     for network in networks:
@@ -719,6 +720,53 @@ def test_drawing_without_results_says_what_to_run(tmp_path):
     # Table 1, Table 1b, the DDP comparison and Figures 6, 8 and 9
     assert summary.count("not run") == len(report_summary.PARTS) == 6
     assert rest.count("not run") == len(reading)  # one per section that reads results
+
+
+def test_make_paper_draw_leaves_the_shipped_report_as_it_is(tmp_path):
+    """``make paper-draw`` (``python -m paper.draw --size small``) in a fresh clone, with no
+    results, drew "not run" over the shipped ``paper/REPORT.md`` (and Figure 7's files). In a
+    copy of ``paper/``: it draws into ``paper/results/small/report/``, which git ignores, and
+    changes no shipped file; ``--into-paper`` rewrites the shipped report."""
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        ROOT / "paper", repo / "paper", ignore=shutil.ignore_patterns("results", "__pycache__")
+    )
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def draw(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "paper.draw", "--size", "small", *args],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def tree() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in (repo / "paper").rglob("*") if p.is_file()}
+
+    shipped = tree()
+    said = draw()
+    after = tree()
+    assert {p: after[p] for p in shipped} == shipped  # no shipped file rewritten
+    own = repo / "paper" / "results" / "small" / "report"
+    assert f"report: {own / 'REPORT.md'} (the shipped paper/REPORT.md is unchanged" in said
+    new = sorted(p.relative_to(repo).as_posix() for p in set(after) - set(shipped))
+    assert new and all(p.startswith("paper/results/small/report/") for p in new), new
+    assert "not run" in (own / "REPORT.md").read_text()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *new], cwd=ROOT, capture_output=True, text=True
+    )
+    if ignored.returncode != 128:  # 128: not a git checkout here
+        assert sorted(ignored.stdout.split()) == new  # git status stays clean
+
+    said = draw("--into-paper")
+    assert f"report: {repo / 'paper' / 'REPORT.md'}\n" in said
+    assert (repo / "paper" / "REPORT.md").read_bytes() != shipped[repo / "paper" / "REPORT.md"]
+    assert "not run" in (repo / "paper" / "REPORT.md").read_text()
 
 
 def test_a_bad_mnist_folder_fails_before_any_run(tmp_path):
@@ -1097,6 +1145,34 @@ def test_stage_1_marks_a_netem_sweep_skipped_but_not_when_checking(tmp_path, mon
     assert sweep.main([*base, "--check"]) == 0 and not list(tmp_path.iterdir())
     assert sweep.main(base) == 0 and not calls
     assert (paths.sweep_dir(tmp_path, "small", "paper_bandwidth") / cache.SKIPPED).exists()
+
+
+def test_checking_sweeps_with_no_results_composes_none_of_their_jobs(tmp_path, monkeypatch, capsys):
+    """``paper.sweep --check`` took 20 s to say "missing": it composed every job of every
+    sweep for a key it had no finished sweep to compare with. Now it composes each sweep's
+    master config only (still refusing a typo, swept or not) and says the same."""
+
+    def every_job(*args, **kwargs):
+        raise AssertionError("--check composed every job of a sweep that has no results")
+
+    monkeypatch.setattr(cache, "sweep_jobs", every_job)
+    base = ["--check", "--cluster", "local", "--results", str(tmp_path)]
+    assert sweep.main(base) == 0
+    said = capsys.readouterr().out.splitlines()
+    names = [e for e in paths.EXPERIMENTS if e not in paths.BEYOND] + ["ddp_plain"]
+    assert [line.split(":", 1)[0] for line in said] == names
+    for line in said:
+        name, what = line.split(": ", 1)
+        if name in tuning.TUNED:
+            assert what.startswith("missing (its rates come from the tuning sweeps: "), line
+        elif name in paths.NEEDS_NETEM:
+            assert what == "missing; it needs cluster=netem, which is not available here"
+        else:
+            assert what == "missing", line
+    assert not list(tmp_path.iterdir())  # it ran nothing and wrote nothing
+    for typo in ("coding.redundency=2", "paper_phases:coding.redundency=1,2"):
+        with pytest.raises(SystemExit, match="error: the sweep of paper_phases does not compose"):
+            sweep.main([*base, "--only", "paper_phases", "--", typo])
 
 
 def test_stage_2_imports_nothing_of_stage_1():
