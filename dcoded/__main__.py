@@ -16,11 +16,12 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from dcoded import files
 from dcoded.errors import DcodedError, NetemRunFailed
 from dcoded.interrupt import Interrupted, sigterm_as_interrupt
+from dcoded.recovery import resumed_config
 from dcoded.results import ERROR_FILE, write_sweep_table
 from dcoded.run import run
 from dcoded.summary import format_results
@@ -36,6 +37,8 @@ def app(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     Path(out_dir, ERROR_FILE).unlink(missing_ok=True)  # an earlier run's, in the same folder
     try:
+        if cfg.train.get("resume") is not None:  # the checkpoint's run's config, and this one's
+            cfg = _resumed(cfg, hydra_cfg, out_dir)
         # the jobs of a multirun share one cluster, local or emulated (started once, closed
         # at exit, or after a job that failed)
         summary = run(cfg, out_dir=out_dir, reuse_cluster=multirun)
@@ -47,7 +50,9 @@ def app(cfg: DictConfig) -> float | None:
     except DcodedError as e:
         print(f"error: {e}", file=sys.stderr)
         return _failed(multirun, out_dir, str(e), 2)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the run wrote what it measured
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: the run wrote what it measured
+        # the line the console ends on (main prints it), into the run's dcoded.log too
+        logging.getLogger("dcoded.log_only").warning(_interrupted_line(e))
         if multirun:  # the sweep stops too, as the signal asks: its table has the jobs so far
             write_sweep_table(hydra_cfg.sweep.dir)
         raise
@@ -64,6 +69,18 @@ def app(cfg: DictConfig) -> float | None:
     return summary["final"]["test_accuracy"]
 
 
+def _resumed(cfg: DictConfig, hydra_cfg, out_dir: str) -> DictConfig:
+    """A resume goes on with the config of the run that wrote its checkpoint, with the
+    settings its own command line gives (:func:`dcoded.recovery.resumed_config`); the run's
+    ``.hydra/config.yaml`` says that config, so it runs again as it ran."""
+    cfg = resumed_config(list(hydra_cfg.overrides.task), cfg)
+    if hydra_cfg.output_subdir is not None:
+        saved = Path(out_dir, hydra_cfg.output_subdir, "config.yaml")
+        if saved.is_file():
+            files.write_text(saved, OmegaConf.to_yaml(cfg))
+    return cfg
+
+
 def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
     """Write why the run failed into its folder (``error.txt``, and its ``dcoded.log``); a
     single run then ends with ``code``, a job of a multirun lets the sweep go on (Hydra's
@@ -75,14 +92,51 @@ def _failed(multirun: bool, out_dir: str, message: str, code: int) -> None:
         sys.exit(code)
 
 
+def _stop(e: KeyboardInterrupt) -> Interrupted:
+    """What stopped the run: the run's own :class:`Interrupted` (it says what it kept), or a
+    Ctrl-C around it."""
+    return e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
+
+
+def _interrupted_line(e: KeyboardInterrupt) -> str:
+    return f"interrupted: {_stop(e)}"
+
+
+def check_command_line(argv: list[str]) -> str | None:
+    """Why the command line's overrides cannot run, in one line naming the nearest valid names
+    (:func:`dcoded.config.check_overrides`), before Hydra composes anything (Hydra's own error
+    for ``algorithm=cdcc`` is 14 lines); ``None`` where they can, and where the command line
+    asks Hydra for something else (help, another config folder), which Hydra then does."""
+    from hydra._internal.utils import get_args_parser
+
+    from dcoded.config import check_overrides
+
+    try:
+        args, _ = get_args_parser().parse_known_args(argv)
+    except SystemExit:  # Hydra's parser says what is wrong when the app starts
+        return None
+    elsewhere = (args.config_path, args.config_name, args.config_dir, args.experimental_rerun)
+    asks = (args.help, args.hydra_help, args.shell_completion, args.info)
+    if any(x is not None for x in elsewhere) or any(asks):
+        return None
+    try:
+        check_overrides(args.overrides)
+    except DcodedError as e:
+        return str(e)
+    return None
+
+
 def main() -> None:
+    problem = check_command_line(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     with sigterm_as_interrupt():
         try:
             app()
         except KeyboardInterrupt as e:  # in a run (which said what it kept), or around one
-            stop = e if isinstance(e, Interrupted) else Interrupted("stopped by Ctrl-C")
-            print(f"interrupted: {stop}", file=sys.stderr)
-            sys.exit(stop.exit_code)
+            print(_interrupted_line(e), file=sys.stderr)
+            sys.exit(_stop(e).exit_code)
 
 
 if __name__ == "__main__":

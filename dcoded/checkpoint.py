@@ -123,3 +123,19 @@ def load(path: str | Path) -> Checkpoint:
     if step < 0:
         raise CheckpointError(f"train.resume={path}: {file} is at step {step}, below 0")
     return Checkpoint(step=step, theta=theta, optimizer=opt, meta=meta)
+
+
+def peek(path: str | Path) -> tuple[int, dict]:
+    """A checkpoint's step and ``meta`` (its run's config among them), without reading its
+    parameters or optimizer state; :class:`CheckpointError` where there is none to read."""
+    path = Path(path).expanduser()
+    file = path / FILE if path.is_dir() else path
+    if not file.is_file():
+        raise CheckpointError(f"train.resume={path}: no {FILE} there (nothing to resume)")
+    try:
+        with np.load(file, allow_pickle=False) as z:
+            return int(z["step"]), json.loads(bytes(z["meta"]).decode())
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise CheckpointError(
+            f"train.resume={path}: {file} is not a readable checkpoint: {e}"
+        ) from None

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dcoded import files, scale, topology
+from dcoded.engine import straggle
 from dcoded.errors import NetemRunFailed, NetemUnavailable
+from dcoded.interrupt import Interrupted, signals_deferred
 
 #: Every namespace a run makes starts with this, so a stale set is easy to find; the
 #: environment variable ``DCODED_NETEM_PREFIX`` sets another, so that runs (a test suite)
@@ -227,6 +229,67 @@ def check_available() -> None:
         raise NetemUnavailable(
             "cluster=netem needs root to create network namespaces; use cluster=local instead"
         )
+
+
+#: What a cluster=netem config keeps when it falls back to loopback (``cluster.fallback``).
+LOOPBACK_KEEPS = ("n_workers", "torch_threads", "connect_timeout_s")
+
+
+def loopback_reason(cluster: Mapping) -> str | None:
+    """Why a ``cluster=netem`` config with ``cluster.fallback=local`` runs on loopback here
+    (the emulated network cannot be made: :func:`check_available`); ``None`` where it runs
+    emulated, or where it asks no fallback (and so is refused as before)."""
+    if cluster.get("kind") != "netem" or cluster.get("fallback") != "local":
+        return None
+    try:
+        check_available()
+    except NetemUnavailable as e:
+        return str(e).split("; use cluster=local")[0]
+    return None
+
+
+_FELL_BACK: set[str] = set()  # said once per process: the jobs of a sweep each fall back
+
+
+def or_loopback(cfg: Mapping) -> Mapping:
+    """``cfg`` itself, or, where it asks for ``cluster=netem`` with ``cluster.fallback=local``
+    and the emulated network cannot be made here, the same run on ``cluster=local`` (worker
+    processes on loopback, no emulated link; ``transport=multicast`` as ``direct``, TCP, as
+    loopback has no IP multicast), said in one line."""
+    from omegaconf import DictConfig, OmegaConf
+
+    why = loopback_reason(cfg.get("cluster") or {})
+    if why is None:
+        return cfg
+    out = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+    out["cluster"] = _shipped("cluster", "local") | {
+        k: cfg["cluster"][k] for k in LOOPBACK_KEEPS if k in cfg["cluster"]
+    }
+    transport = cfg.get("transport") or {}
+    multicast = transport.get("name") == "multicast"
+    if multicast:
+        direct = _shipped("transport", "direct")
+        kept = {k: transport[k] for k in direct if k != "name" and k in transport}
+        out["transport"] = direct | kept
+    if why not in _FELL_BACK:
+        _FELL_BACK.add(why)
+        print(
+            f"warning: {why}: running on loopback instead (cluster=local"
+            + (", transport=direct" if multicast else "")
+            + ", as cluster.fallback=local asks): no emulated link, so bytes cost almost nothing",
+            file=sys.stderr,
+        )
+    return OmegaConf.create(out) if isinstance(cfg, DictConfig) else out
+
+
+def _shipped(group: str, option: str) -> dict:
+    """A config group's option as shipped (``conf/<group>/<option>.yaml``), as a dict."""
+    import importlib.resources
+
+    from omegaconf import OmegaConf
+
+    text = importlib.resources.files("dcoded.conf").joinpath(group, f"{option}.yaml").read_text()
+    return OmegaConf.to_container(OmegaConf.create(text))
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
@@ -675,9 +738,20 @@ def _worker_env(net: Network, host: Host, timers: Mapping[str, str]) -> dict[str
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "DCODED_CGROUP_ROOT": cgroups,
+        "DCODED_CGROUP_PREFIX": slow_cgroups(net.run),
         **extra,
         **timers,
     }
+
+
+def slow_cgroups(run: str) -> str:
+    """What the cgroups of the network ``run``'s slow workers (``straggle=slow``) are named
+    with: :func:`destroy` removes them, and :func:`cleanup` those of a killed run.
+
+    >>> slow_cgroups("1a2b3cp42") == f"dcoded-{prefix()}-1a2b3cp42-"
+    True
+    """
+    return f"{straggle.CGROUP_PREFIX}{prefix()}-{run}-"
 
 
 def host_cpu(net: Network, name: str, cpus: list[int] | None = None) -> int | None:
@@ -703,7 +777,14 @@ def tx_bytes(host: Host) -> int:
 
 
 def destroy(net: Network) -> None:
-    """Stop every process and delete every namespace (with them the links and the bridge)."""
+    """Stop every process and delete every namespace (with them the links and the bridge)
+    and every cgroup its workers made. A second Ctrl-C or SIGTERM waits until it is done (it
+    cut the teardown in half, and left namespaces and cgroups for ``cleanup``)."""
+    with signals_deferred():
+        _destroy(net)
+
+
+def _destroy(net: Network) -> None:
     for proc in net.processes:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -717,6 +798,9 @@ def destroy(net: Network) -> None:
             proc.wait()
     for ns in [*(h.ns for h in net.hosts.values()), net.hub]:
         _delete_namespace(ns)
+    # a slow worker's cgroup, which its run's driver removes when it can (not when the signal
+    # that stopped the sweep stopped the driver and the workers too)
+    straggle.remove_stale(slow_cgroups(net.run))
     if net.groups is not None:
         net.groups.remove()
     if net.awake is not None:
@@ -780,12 +864,24 @@ def cleanup(force: bool = False) -> tuple[list[str], list[str]]:
         (spared if builder(ns) and not force else gone).append(ns)
     for ns in gone:
         _delete_namespace(ns)
+    for name in _slow_cgroups_left():  # the slow workers' cgroups of runs that are gone
+        if force or not builder(name.removeprefix(straggle.CGROUP_PREFIX)):
+            straggle.remove(straggle.CGROUP_ROOT / name)
+            gone.append(name)
     if scale.usable() is None:  # the host cgroups of the scale model, of runs that are gone
         mine = f"{prefix()}-"
         gone += scale.remove_stale(
             lambda run: not run.startswith(mine) or (bool(builder(f"{run}-x")) and not force)
         )
     return gone, spared
+
+
+def _slow_cgroups_left() -> list[str]:
+    """The slow workers' cgroups of this prefix's networks (:func:`slow_cgroups`) that exist."""
+    if not straggle.CGROUP_ROOT.is_dir():
+        return []
+    ours = f"{straggle.CGROUP_PREFIX}{prefix()}-*"
+    return sorted(p.name for p in straggle.CGROUP_ROOT.glob(ours))
 
 
 @contextlib.contextmanager
@@ -806,7 +902,9 @@ def network(
 
 
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    """SIGTERM while a network lives: stop as Ctrl-C does (its teardown runs), saying which;
+    it stays the handler, so a second one cannot end the process before the teardown."""
+    raise Interrupted("stopped by SIGTERM", signal.SIGTERM)
 
 
 def retune(net: Network, links: Links) -> None:

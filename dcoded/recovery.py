@@ -9,17 +9,21 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib.resources
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dcoded import health
-from dcoded.config import build_spec
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from dcoded import checkpoint, health
+from dcoded.config import CONFIG_MODULE, build_spec, compose_config, plain
 from dcoded.engine import registry
 from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context
 from dcoded.engine.record import TrainingLog
-from dcoded.errors import ConfigError, WorkerLost
+from dcoded.errors import CheckpointError, ConfigError, WorkerLost
 from dcoded.results import read_history
 from dcoded.settings import leaves
 
@@ -233,6 +237,139 @@ def earlier_history(where: str | Path, step: int) -> list[dict]:
     return [r for r in rows if r.get("step", "").isdigit() and int(r["step"]) < step]
 
 
+def resumed_config(overrides: Sequence[str], cfg: Mapping | None = None) -> DictConfig:
+    """The config a resume by hand runs with: the config of the run that wrote the checkpoint
+    at ``train.resume`` (the checkpoint records it whole), with what the resume's own
+    ``overrides`` set taken from ``cfg``, the config those overrides compose (composed here
+    when not given). A setting given replaces the run's (``train.steps=800`` goes further); a
+    group given replaces the whole group (``optimizer=adam``: Adam's defaults, then any of its
+    settings given too); an experiment or size, the settings it sets. Without
+    ``train.resume``, or from a checkpoint that recorded no config: ``cfg`` as it is.
+
+    ``python -m dcoded train.resume=DIR ...`` runs with it; from Python,
+    ``run(resumed_config(["train.resume=DIR"]))`` does the same.
+    """
+    overrides = list(overrides)
+    cfg = _compose(overrides) if cfg is None else cfg
+    c = plain(cfg)
+    where = (c.get("train") or {}).get("resume")
+    if where is None:
+        return cfg
+    _, meta = checkpoint.peek(where)
+    if not meta.get("config"):  # an older dcoded's: what this resume composed
+        return cfg
+    before = meta["config"]
+    # copied as written (``optimizer.lr: ${train.lr}``), to follow what they name in the end
+    raw = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else c
+    out = copy.deepcopy(before)
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    given = [o for o in parsed if not o.is_hydra_override() and o.package is None]
+    groups = [o for o in given if _group_package(o.key_or_group) is not None]
+    for o in groups:  # as Hydra composes: the groups first, then the values given
+        if _group_package(o.key_or_group) != "_global_":
+            _set(out, raw, o.key_or_group)
+            continue
+        # an experiment (or size): what it sets, as the settings without it differ
+        without = plain(_compose([x.input_line for x in parsed if x is not o]))
+        for name in _set_by(without, c):
+            _set(out, raw, name)
+    for o in given:
+        if o not in groups:
+            _set(out, {} if o.is_delete() else raw, o.key_or_group)
+    _follow(out, before, raw)
+    return OmegaConf.create(out)
+
+
+def _follow(out: dict, before: Mapping, raw: Mapping) -> None:
+    """Where the config names another setting (``optimizer.lr: ${train.lr}``) and the run that
+    wrote the checkpoint had them equal, ``out`` names it too: a resume with ``train.lr=0.01``
+    changes the optimizer's rate, as the same override on a run does."""
+    for name, value in leaves(raw):
+        if not (isinstance(value, str) and "${" in value):
+            continue
+        *parents, last = name.split(".")
+        node = out
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or "${" in str(node.get(last, "")):
+            continue
+        trial = copy.deepcopy(dict(before))
+        _set(trial, raw, name)
+        try:
+            same = OmegaConf.select(OmegaConf.create(trial), name) == node.get(last, _ABSENT)
+        except Exception:  # it names what this config does not have
+            same = False
+        if same:
+            node[last] = value
+
+
+_ABSENT = object()
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    """:func:`~dcoded.config.compose_config`, also inside the Hydra app (which holds Hydra's
+    one global instance, with the same configs)."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=overrides)
+    return compose_config(overrides)
+
+
+def _group_package(name: str) -> str | None:
+    """Where the config group ``name`` of ``conf/`` puts its options: ``_global_``
+    (``experiment``, ``size``) or its own name; ``None`` where ``name`` is no group."""
+    if not name.isidentifier():
+        return None
+    folder = importlib.resources.files(CONFIG_MODULE).joinpath(name)
+    if not folder.is_dir():
+        return None
+    for option in sorted(folder.iterdir(), key=lambda f: f.name):
+        if option.name.endswith(".yaml"):
+            first = option.read_text().lstrip().splitlines()[:1]
+            return "_global_" if first == ["# @package _global_"] else name
+    return name
+
+
+#: What names a group's option in its settings (another option: the whole group is another).
+_OPTION_NAMES = ("name", "kind", "model", "_target_")
+
+
+def _set_by(without: Mapping, c: Mapping) -> list[str]:
+    """The settings in which ``c`` differs from ``without``: a group whose option differs,
+    whole (``algorithm``), else each leaf (``train.steps``)."""
+    out = []
+    for key, value in c.items():
+        other = without.get(key)
+        if value == other:
+            continue
+        if isinstance(value, Mapping) and isinstance(other, Mapping):
+            if _group_package(key) is not None and any(
+                value.get(n) != other.get(n) for n in _OPTION_NAMES
+            ):
+                out.append(key)
+            else:
+                out += [f"{key}.{name}" for name in _set_by(other, value)]
+        else:
+            out.append(key)
+    return out
+
+
+def _set(out: dict, c: Mapping, name: str) -> None:
+    """Set the dotted setting ``name`` of ``out`` to its value in ``c``, or remove it from
+    ``out`` where ``c`` has none."""
+    *parents, last = name.split(".")
+    node, source = out, c
+    for key in parents:
+        node = node.setdefault(key, {})
+        source = source.get(key, {}) if isinstance(source, Mapping) else {}
+    if isinstance(source, Mapping) and last in source:
+        node[last] = copy.deepcopy(source[last])
+    else:
+        node.pop(last, None)
+
+
 def resume_changes(resume, spec) -> str:
     """What this run sets otherwise than the run that wrote the checkpoint (``old -> new``),
     of the settings a resume may change; ``""`` if nothing."""
@@ -256,9 +393,37 @@ def resume_changes(resume, spec) -> str:
 
 
 def resume_hint(ctx: Context) -> str:
-    """Where a stopped run can go on from: its last checkpoint, or why there is none."""
+    """Where a stopped run can go on from: its last checkpoint, at which step, and the steps
+    done since that a resume does again; or why there is none."""
     if ctx.last_checkpoint is None:
         if ctx.spec.checkpoint_every and ctx.run_dir is not None:
             return "no checkpoint was written yet"
         return "no checkpoint (set train.checkpoint_every to keep some)"
-    return f"last checkpoint {ctx.last_checkpoint}: continue with train.resume={ctx.run_dir}"
+    last = ctx.log.last_written
+    return again_hint(ctx.last_checkpoint, ctx.run_dir, last + 1 if last is not None else None)
+
+
+def again_hint(file: Path, run_dir: Path, done: int | None) -> str:
+    """The checkpoint ``file``, its step, the resume that goes on from it, and which of the
+    ``done`` steps it does again (steps count from 1, as "after step N" does).
+
+    >>> import tempfile, numpy as np
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     f = checkpoint.save(Path(d), checkpoint.Checkpoint(100, np.zeros(3, "f4"), {}, {}))
+    ...     for done in (130, 101, 100):
+    ...         print(again_hint(f, Path("RUN"), done).replace(str(f), "CKPT"))
+    last checkpoint CKPT is at step 100: continue with train.resume=RUN (it does steps 101-130 again)
+    last checkpoint CKPT is at step 100: continue with train.resume=RUN (it does step 101 again)
+    last checkpoint CKPT is at step 100: continue with train.resume=RUN (it does no step again)
+    """  # noqa: E501
+    try:
+        step, _ = checkpoint.peek(file)
+    except CheckpointError:  # it was there: the line still says where
+        return f"last checkpoint {file}: continue with train.resume={run_dir}"
+    line = f"last checkpoint {file} is at step {step}: continue with train.resume={run_dir}"
+    if done is None:
+        return line
+    if done <= step:
+        return f"{line} (it does no step again)"
+    n = done - step
+    return f"{line} (it does step{'s' * (n > 1)} {step + 1}{f'-{done}' * (n > 1)} again)"

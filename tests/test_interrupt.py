@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 import dcoded.run
 import dcoded.summary
@@ -49,6 +50,9 @@ def test_sigterm_during_training_writes_history_and_summary(tmp_path, monkeypatc
     message = str(err.value)
     assert message.startswith("stopped by SIGTERM after step 7 of 50") and "\n" not in message
     assert f"train.resume={tmp_path}" in message
+    # where the checkpoint is, and what a resume does again (it said neither)
+    assert f"checkpoint {tmp_path / 'checkpoint.npz'} is at step 5" in message
+    assert message.endswith("(it does steps 6-7 again)"), message
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps_done"] == 7
     assert summary["param_sha256"] is None and summary["final"]["train_loss"] > 0
@@ -57,6 +61,36 @@ def test_sigterm_during_training_writes_history_and_summary(tmp_path, monkeypatc
     assert checkpoint.load(tmp_path).step == 5
     assert not (tmp_path / "theta.npy").exists()  # the final parameters were never reached
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is run's only
+
+
+def test_a_resume_goes_on_with_the_interrupted_runs_config_and_its_own_overrides(tmp_path):
+    """``train.resume=DIR`` alone went on with the defaults (``train.checkpoint_every 5 ->
+    0``, the learning rate, the model's width): it goes on with the run that wrote the
+    checkpoint, and what the resume sets (a setting, a group) still applies."""
+    from dcoded.config import compose_config, plain
+    from dcoded.recovery import resumed_config
+
+    given = ["algorithm=serial", "train.steps=6", "train.checkpoint_every=3", "train.lr=0.07"]
+    given += ["optimizer=adam", "model.hidden=[16]", "train.eval_every=0", "progress=false"]
+    dcoded.run.run(compose_config(given), out_dir=tmp_path)
+
+    def resumed(*overrides):
+        return plain(resumed_config([f"train.resume={tmp_path}", *overrides]))
+
+    ran = plain(compose_config(given))
+    assert resumed() == {**ran, "train": {**ran["train"], "resume": str(tmp_path)}}
+    c = resumed("train.steps=9", "train.lr=0.2")  # the optimizer's rate follows train.lr
+    assert (c["train"]["steps"], c["train"]["lr"], c["optimizer"]["lr"]) == (9, 0.2, 0.2)
+    assert c["train"]["checkpoint_every"] == 3 and c["model"]["hidden"] == [16]
+    c = resumed("optimizer=sgd")  # a group given: its defaults, the run's rate
+    assert c["optimizer"]["_target_"] == "torch.optim.SGD" and c["optimizer"]["lr"] == 0.07
+    assert c["optimizer"]["momentum"] == 0.9 and c["algorithm"]["name"] == "serial"
+    c = resumed("experiment=smoke")  # what the experiment sets, and only that
+    assert (c["train"]["steps"], c["train"]["eval_every"], c["train"]["lr"]) == (20, 10, 0.07)
+    # it runs as the interrupted run's config would have, up to the steps given
+    out = dcoded.run.run(resumed_config([f"train.resume={tmp_path}", "train.steps=9"]))
+    again = dcoded.run.run(compose_config([*given, "train.steps=9"]))
+    assert out["param_sha256"] == again["param_sha256"] and out["start_step"] == 6
 
 
 def test_a_handler_of_the_caller_is_left_alone():
@@ -127,6 +161,43 @@ def test_a_signal_to_the_process_group_stops_the_cli_with_one_line(tmp_path, sig
     # the workers lived until the driver collected their records of the last steps
     assert all(r["map_s"] and r["bytes_unicast"] for r in rows)
     assert 5 <= checkpoint.load(run_dir).step <= len(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parallel_safe
+def test_a_run_stopped_by_ctrl_c_logs_its_line_and_resumes_with_its_own_config(tmp_path):
+    """As a user types it: a run stopped by Ctrl-C, then ``train.resume=DIR``. Its
+    ``dcoded.log`` was empty, its line did not say the checkpoint's step (nor the steps done
+    again), and the resume went on with the defaults (``train.checkpoint_every 5 -> 0``)."""
+    run_dir, resumed = tmp_path / "run", tmp_path / "resumed"
+    args = ["algorithm=serial", "train.checkpoint_every=5", "train.lr=0.07", "model.hidden=[16]"]
+    args.append(f"hydra.run.dir={run_dir}")
+    code, lines = _signalled(args, str(run_dir / "checkpoint.npz"), signal.SIGINT)
+    assert code == 128 + signal.SIGINT and len(lines) == 1, lines
+    assert lines[0] in (run_dir / "dcoded.log").read_text()  # what the console said
+    at = checkpoint.load(run_dir).step
+    done = json.loads((run_dir / "summary.json").read_text())["steps_done"]
+    # the steps since the checkpoint: a resume does them again
+    again = {0: "no step", 1: f"step {done}"}.get(done - at, f"steps {at + 1}-{done}")
+    assert lines[0].endswith(
+        f"checkpoint {run_dir / 'checkpoint.npz'} is at step {at}: continue with "
+        f"train.resume={run_dir} (it does {again} again)"
+    ), lines[0]
+
+    steps = (done // 5 + 2) * 5
+    out = subprocess.run(
+        [sys.executable, "-m", "dcoded", f"train.resume={run_dir}", f"train.steps={steps}",
+         "progress=false", f"hydra.run.dir={resumed}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "other settings" not in out.stderr  # nothing changed but the steps
+    config = yaml.safe_load((resumed / ".hydra" / "config.yaml").read_text())
+    assert config["train"]["checkpoint_every"] == 5 and config["train"]["lr"] == 0.07
+    assert config["model"]["hidden"] == [16] and config["train"]["steps"] == steps
+    assert checkpoint.load(resumed).step == steps  # it went on checkpointing every 5 steps
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert (summary["start_step"], summary["steps_done"]) == (at, steps)
 
 
 @pytest.mark.slow

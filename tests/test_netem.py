@@ -6,6 +6,7 @@ reason, and ``cluster=netem`` itself fails at once with one clear line."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import json
 import os
@@ -18,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import dcoded.config
@@ -28,6 +30,7 @@ import dcoded.topology
 from dcoded import netem
 from dcoded.coding.messages import step_messages
 from dcoded.config import compose_config
+from dcoded.engine import straggle
 from tests.conftest import TINY, ctrl_c_able, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,6 +210,47 @@ def test_cleanup_removes_a_stale_set_and_only_its_own(monkeypatch):
 
 
 @needs_netem
+@pytest.mark.skipif(not straggle.cgroup_usable(), reason="needs a cgroup v1 cpu controller")
+def test_the_slow_workers_cgroups_go_with_their_network_or_with_cleanup(monkeypatch):
+    """A slow worker of the emulated network names its cgroup after its network. A sweep
+    stopped by SIGTERM, its driver and workers too, left that cgroup behind: its driver, which
+    removes it, was gone. The network's teardown removes it now, and ``cleanup`` a killed
+    run's (not a live one's)."""
+    net = netem.build(1, netem.Links(rate_mbit=50))
+    made = []
+    try:
+        env = netem._worker_env(net, net.workers()[0], {})
+        name = env["DCODED_CGROUP_PREFIX"] + "dc0a1b2c3d4e-0"
+        monkeypatch.setenv("DCODED_CGROUP_PREFIX", env["DCODED_CGROUP_PREFIX"])
+        assert straggle.cgroup_name("dc0a1b2c3d4e", 0) == name  # as the worker names it
+        monkeypatch.delenv("DCODED_CGROUP_PREFIX")
+        made.append(straggle.CGROUP_ROOT / name)
+        made[-1].mkdir()
+    finally:
+        netem.destroy(net)
+    assert not made[-1].exists(), "the network's teardown left its slow worker's cgroup"
+    # a killed run's (its builder's pid is gone) and a live run's (this process's)
+    dead = netem.slow_cgroups(f"0a1b2cp{_a_dead_pid()}") + "dc0a1b2c3d4e-1"
+    live = netem.slow_cgroups(f"0a1b2cp{os.getpid()}") + "dc0a1b2c3d4e-2"
+    made += [straggle.CGROUP_ROOT / dead, straggle.CGROUP_ROOT / live]
+    try:
+        for path in made[1:]:
+            path.mkdir()
+        out = _cleanup()
+        assert out.returncode == 0 and dead in out.stdout, out
+        assert not made[1].exists() and made[2].exists()
+    finally:
+        for path in made:
+            straggle.remove(path)
+
+
+def _a_dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@needs_netem
 def test_a_netem_folder_that_is_a_link_is_refused_and_nothing_is_written_through_it(tmp_path):
     """Root wrote ``netem/scheduler.log``, ``worker-*.log`` and ``config.json`` wherever a
     planted ``netem`` link pointed; it is refused in one line, the target left empty."""
@@ -286,6 +330,48 @@ def test_ctrl_c_removes_everything(tmp_path):
         tmp_path.parent / f"{tmp_path.name}.log",
     )
     assert (tmp_path / "checkpoint.npz").exists()
+
+
+@pytest.mark.timeout(1200)  # its own subprocess bounds add up past the default 300 s
+@needs_netem
+@pytest.mark.slow
+@pytest.mark.skipif(not straggle.cgroup_usable(), reason="needs a cgroup v1 cpu controller")
+def test_sigterm_to_every_process_of_a_sweep_removes_everything(tmp_path):
+    """A sweep on the emulated network with a slow worker in a cgroup, stopped by SIGTERM to
+    each of its processes (its group and each child's, as a batch system's stop does) once
+    its first job has a checkpoint: it left that cgroup until ``netem cleanup``, and said
+    Ctrl-C (exit 130). Now nothing is left, and it says SIGTERM (exit 143)."""
+    log = tmp_path / "sweep.log"
+    args = [*NETEM, "progress=false", "cluster.n_workers=2", "straggle=slow"]
+    args += ["train.steps=100000", "train.checkpoint_every=5", "train.lr=0.05,0.06"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dcoded", "-m", *args, f"hydra.sweep.dir={tmp_path / 's'}"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob("s/0-*/checkpoint.npz")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint in 240 s"
+            time.sleep(0.5)
+        assert netem._slow_cgroups_left(), "the slow worker has no cgroup of its network's"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        for group in {proc.pid, *(os.getpgid(p.pid) for p in children)}:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGTERM)
+        # the driver gets 60 s to write what it measured, the network 10 s to go
+        proc.wait(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        print(log.read_text()[-3000:])
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "interrupted: stopped by SIGTERM" in log.read_text()
+    assert netem.stale_namespaces() == [] and netem._slow_cgroups_left() == []
 
 
 def _qdisc_rates(net) -> set[str]:

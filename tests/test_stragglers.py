@@ -227,6 +227,68 @@ def test_an_interrupted_delay_ends_when_its_computation_is_abandoned():
     assert slept < 1.0
 
 
+def _slowed_run(tmp_path, model: str, setup: list[dict], per_step, steps: int = 20) -> dict:
+    """The ``straggle`` part of a summary, and its console lines, from what workers record:
+    ``setup`` at step -1 (a ``slow`` rank's throttle), ``per_step(step)`` each step."""
+    from dcoded.engine.record import HistoryFile, TrainingLog
+    from dcoded.summary import _happened
+
+    log = TrainingLog("r0", 4, 48, None, HistoryFile(tmp_path / f"{model}.csv"))
+    log.ingest([{"records": setup, "out": [], "in": []}])
+    for step in range(steps):
+        log.driver_step(step, epoch=0, wall_s=0.1 * step, step_s=0.1)
+        log.ingest([{"records": per_step(step), "out": [], "in": []}])
+    log.write_rows()
+    s = {"model": model, **log.straggle_summary()}
+    lines = _happened({"steps": steps, "steps_done": steps, "start_step": 0, "straggle": s})
+    return {**s, "line": "\n".join(lines)}
+
+
+def test_a_worker_slowed_by_its_cgroup_is_said_slowed_on_every_step(tmp_path):
+    """``straggle=slow`` as root: rank 1 runs in a cgroup at its quota the whole run, and
+    draws no delay. The line and ``injected_count`` said "on 0 of 20 steps" and 0."""
+    throttle = {"step": -1, "rank": 1, "phase": "throttle", "how": "cgroup", "speed": 0.33}
+    throttle |= {"detail": "cgroup dcoded-r0-1: 1650 us per 10000 us"}
+    throttle |= {"quota_us": 1650, "period_us": 10000}
+    s = _slowed_run(tmp_path, "slow", [throttle], lambda step: [])
+    assert s["injected_count"] == 20 and s["steps_with_injection"] == 20, s
+    assert s["throttles"]["1"]["steps"] == 20 and s["injected"] == [], s
+    assert "rank 1 at 0.33 of its share" in s["line"], s["line"]
+    assert "a CPU quota of 1650 us per 10000 us (0.165 of a core), on every step" in s["line"]
+    assert "0 of 20" not in s["line"]
+
+    # without a cgroup, a delay after each computation: the steps it slept one
+    fallback = {**throttle, "how": "delay", "detail": "no cgroup"}
+    del fallback["quota_us"], fallback["period_us"]
+    slept = {"step": 0, "rank": 1, "phase": "straggle", "drawn_ms": 0.0, "slept_ms": 4.0}
+    d = _slowed_run(tmp_path, "slow", [fallback], lambda k: [{**slept, "step": k}] * (k % 4 > 0))
+    assert d["injected_count"] == d["steps_with_injection"] == d["throttles"]["1"]["steps"] == 15
+    slept_line = "rank 1 at 0.33 of its share of the cores, a delay after each computation"
+    assert f"{slept_line}, on 15 of 20 steps" in d["line"], d["line"]
+
+
+@pytest.mark.parametrize("model", ["stall", "exp"])
+def test_drawn_delays_are_counted_by_step_and_rank(tmp_path, model):
+    """``stall`` and ``exp``: a rank-step for each delay drawn, a step for each with one."""
+    spec = {"model": "stall", "p": 0.3, "stall_ms": 50.0} if model == "stall" else None
+    spec = spec or {"model": "exp", "mean_ms": 5.0}
+
+    def drawn(step):
+        out = []
+        for rank in range(4):
+            ms = straggle.drawn_ms(spec, 0, step, rank)
+            if ms:
+                out.append({"step": step, "rank": rank, "phase": "straggle", "drawn_ms": ms,
+                            "slept_ms": ms})  # fmt: skip
+        return out
+
+    want = [[k, r] for k in range(20) for r in range(4) if straggle.drawn_ms(spec, 0, k, r)]
+    s = _slowed_run(tmp_path, model, [], drawn)
+    assert s["injected_count"] == len(want) and [x[:2] for x in s["injected"]] == want
+    assert s["steps_with_injection"] == len({k for k, _ in want}), s
+    assert f"straggle={model} on {len({k for k, _ in want})} of 20 steps" in s["line"]
+
+
 # --------------------------------------------------------------------------- on a cluster
 
 STALLS = ["straggle=stall", "straggle.p=0.35", "straggle.stall_ms=300"]

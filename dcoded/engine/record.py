@@ -390,7 +390,8 @@ class TrainingLog:
     def _add_straggle(self, st: _Step, rec: dict) -> None:
         rank = rec["rank"]
         if rec["phase"] == "throttle":
-            self.throttles[rank] = {k: rec[k] for k in ("how", "detail", "speed")}
+            keep = ("how", "detail", "speed", "quota_us", "period_us")
+            self.throttles[rank] = {k: rec[k] for k in keep if k in rec} | {"steps": 0}
             if rec["how"] != "cgroup":
                 message = (
                     f"straggle=slow: rank {rank} falls back to a delay of (1/speed - 1) times "
@@ -413,7 +414,10 @@ class TrainingLog:
         """What was injected and whom the steps did not wait for, for ``summary.json``:
         ``injected`` lists ``[step, rank, drawn ms, slept ms]`` wherever a delay was drawn
         or slept (a delay ends early when its map is abandoned), the first
-        :data:`INJECTED_LISTED` of them (``injected_count``: all)."""
+        :data:`INJECTED_LISTED` of them; ``throttles`` how each ``slow`` rank was slowed and
+        on how many ``steps`` (a CPU quota: every step it held). ``injected_count`` counts
+        every step and rank slowed, by a delay or a quota, and ``steps_with_injection`` every
+        step with one."""
         return {
             "throttles": {str(k): v for k, v in sorted(self.throttles.items())},
             "injected": sorted(self._injected),
@@ -517,13 +521,19 @@ class TrainingLog:
         return row
 
     def _straggled(self, step: int, st: _Step) -> None:
-        """Add a written step's injected delays and late ranks to the run's totals."""
+        """Add a written step's injected delays, slow ranks and late ranks to the run's
+        totals. A rank in a cgroup ran at its quota the whole step: slowed, with no delay."""
         for rank, (drawn, slept) in sorted(st.injected.items()):
-            self._injected_count += 1
             self._injected_ms[rank] += drawn
             if len(self._injected) < INJECTED_LISTED:
                 self._injected.append([step, rank, round(drawn, 3), round(slept, 3)])
-        self._steps_injected += bool(st.injected)
+        slowed = set(st.injected)
+        for rank, throttle in self.throttles.items():
+            if throttle["how"] == "cgroup" or rank in st.injected:
+                throttle["steps"] += 1
+                slowed.add(rank)
+        self._injected_count += len(slowed)
+        self._steps_injected += bool(slowed)
         for rank in st.not_waited:
             self._not_waited_counts[rank] += 1
         for rank in st.abandoned:

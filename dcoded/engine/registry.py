@@ -201,7 +201,7 @@ def throttle(run_id: str, rank: int, spec: RunSpec):
     if speed is None:
         return None
     how, detail = "delay", "no cgroup: not root, or no cgroup v1 cpu controller"
-    throttle = None
+    throttle, quota = None, {}
     if not spec.straggle.get("cgroup", True):
         detail = "this cluster runs its workers as threads of one process"
     elif straggle.cgroup_usable():
@@ -212,11 +212,15 @@ def throttle(run_id: str, rank: int, spec: RunSpec):
             host = os.environ.get("DCODED_HOST_CORES")
             share = float(host) * spec.host_quota_scale if host else None
             cores = share * spec.n_workers if share else available_cores()
-            throttle = straggle.Throttle(f"dcoded-{run_id}-{rank}", speed, cores, spec.n_workers)
+            name = straggle.cgroup_name(run_id, rank)
+            throttle = straggle.Throttle(name, speed, cores, spec.n_workers)
             how, detail = "cgroup", throttle.describe()
+            quota = {"quota_us": throttle.quota_us, "period_us": throttle.period_us}
         except OSError as e:
             detail = f"the cgroup could not be made: {e}"
-    record(run_id, step=-1, rank=rank, phase="throttle", how=how, detail=detail, speed=speed)
+    record(
+        run_id, step=-1, rank=rank, phase="throttle", how=how, detail=detail, speed=speed, **quota
+    )
     return throttle
 
 

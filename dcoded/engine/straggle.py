@@ -51,6 +51,21 @@ def cgroup_root() -> Path:
     return Path(os.environ.get("DCODED_CGROUP_ROOT") or CGROUP_ROOT)
 
 
+#: What a slow worker's cgroup is named with (then the run and the rank); a worker of the
+#: emulated network is told its network's own in ``DCODED_CGROUP_PREFIX``: the network's
+#: teardown removes them by it, also where the run's driver could not (killed with it).
+CGROUP_PREFIX = "dcoded-"
+
+
+def cgroup_name(run_id: str, rank: int) -> str:
+    """The cgroup ``rank`` of ``run_id`` is slowed in, as this process names it.
+
+    >>> cgroup_name("dc1a2b", 1)
+    'dcoded-dc1a2b-1'
+    """
+    return f"{os.environ.get('DCODED_CGROUP_PREFIX') or CGROUP_PREFIX}{run_id}-{rank}"
+
+
 #: A word mixed into the seed, so the draws do not coincide with any other use of the seed.
 _STREAM = 0x5354524C
 #: How often an interruptible delay looks whether its computation was abandoned.
