@@ -15,7 +15,8 @@ every shuffle) and ``bench_cdc_ends`` (``r = 1`` and ``r = K``, the coded shuffl
 flags ask for, all into one sweep folder; the table is then read from its jobs'
 ``summary.json`` and written beside them (``bench.md``, ``bench.csv``, ``bench.json``).
 ``--read SWEEP_DIR`` only reads, any sweep folder of those experiments (or of other runs with
-the summaries it needs), for instance one run by hand::
+the summaries it needs), and prints the table, writing nothing (``--out DIR`` writes it there
+too), for instance one run by hand::
 
     python -m dcoded -m experiment=bench cluster=local hydra.sweep.dir=bench/mine
     python -m dcoded.bench --read bench/mine
@@ -31,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -329,7 +331,12 @@ def combine(rows: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(rows: list[dict], header: str) -> str:
+def markdown(
+    rows: list[dict], header: str, columns: Sequence[str] = SHOWN, notes: str = NOTES
+) -> str:
+    """``header``, then a markdown table of ``rows`` in these ``columns`` (those no row has a
+    value in left out), then ``notes`` (none where empty)."""
+
     def cell(v):
         if v is None:
             return "-"
@@ -343,10 +350,10 @@ def markdown(rows: list[dict], header: str) -> str:
             return f"{cell(r[c])} [{cell(lo)}, {cell(hi)}]"
         return cell(r.get(c))
 
-    shown = [c for c in SHOWN if any(r.get(c) is not None for r in rows)]
+    shown = [c for c in columns if any(r.get(c) is not None for r in rows)]
     lines = [header, "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(shown_cell(r, c) for c in shown) + " |" for r in rows]
-    return "\n".join([*lines, "", NOTES]) + "\n"
+    return "\n".join([*lines, *(["", notes] if notes else [])]) + "\n"
 
 
 def _order(rows: list[dict]):
@@ -491,7 +498,13 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="A flag left out keeps the value of conf/experiment/bench.yaml (shown in brackets).",
     )
-    p.add_argument("--read", nargs="+", type=Path, metavar="SWEEP_DIR", help="only read these")
+    p.add_argument(
+        "--read",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="only read these and print their table (written nowhere unless --out is given)",
+    )
     p.add_argument("--cluster", choices=["netem", "local"], help="[netem]")
     p.add_argument("--workers", type=int, help="K [4]")
     p.add_argument("--bandwidth-mbit", type=float, help="each link's rate [100]")
@@ -521,18 +534,22 @@ def parser() -> argparse.ArgumentParser:
         help="run every sweep this many times, interleaved, each into repeat-<i>/; ratios get "
         "a 95%% interval over the repeats [1]",
     )
-    p.add_argument("--out", type=Path, help="the sweep folder [bench/<date>_<time>]")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the sweep folder [bench/<date>_<time>]; with --read, where to write the table",
+    )
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The bench's command line: run its sweeps (or only ``--read`` some), then write and
-    print its table. Exits 2 on a bad flag or folder; 1 where a sweep failed, a job did not
-    finish or none did."""
+    """The bench's command line: run its sweeps, then write and print its table; or only
+    ``--read`` some and print it (written only with ``--out``). Exits 2 on a bad flag or
+    folder; 1 where a sweep failed, a job did not finish or none did."""
     args = parser().parse_args(argv)
     if args.read:
-        out = args.read[0]
+        out = args.out  # reading writes nothing unless told where
         missing = [d for d in args.read if not d.is_dir()]
         if missing:
             print(f"error: {missing[0]} is not a folder (a multirun's sweep dir)", file=sys.stderr)
@@ -576,10 +593,10 @@ def _run_sweeps(args: argparse.Namespace, n_workers: int, out: Path) -> int:
     return failed
 
 
-def _report(sweep_dirs: list[Path], out: Path, failed: int) -> int:
-    """The table of these sweep folders written into ``out`` and printed, with a note for each
-    job that did not finish and each baseline missing; the exit status: 1 where a sweep
-    ``failed``, a job did not finish or none did, else 0."""
+def _report(sweep_dirs: list[Path], out: Path | None, failed: int) -> int:
+    """The table of these sweep folders printed (and written into ``out``, if given), with a
+    note for each job that did not finish and each baseline missing; the exit status: 1 where a
+    sweep ``failed``, a job did not finish or none did, else 0."""
     rows, header, unfinished = read(sweep_dirs)
     for line in unfinished:
         print(f"note: did not finish: {line}", file=sys.stderr)
@@ -589,8 +606,12 @@ def _report(sweep_dirs: list[Path], out: Path, failed: int) -> int:
     if not rows:
         print(f"error: no finished runs in {', '.join(map(str, sweep_dirs))}", file=sys.stderr)
         return 1
-    print(write(rows, header, out), end="")
-    print(f"table: {out / TABLE_STEM}.md", file=sys.stderr)
+    if out is None:
+        print(markdown(rows, header), end="")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        print(write(rows, header, out), end="")
+        print(f"table: {out / TABLE_STEM}.md", file=sys.stderr)
     return 1 if failed or unfinished else 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from dcoded.results import TABLE_STEM, write_sweep_table
+from dcoded.results import SEED, SEED_STEM, TABLE_STEM, write_sweep_table
 
 
 class SweepTable(Callback):
@@ -17,7 +17,8 @@ class SweepTable(Callback):
     a bad job is refused whole, one line per bad job, before the first job runs.
 
     When a multirun ends: one table of all its jobs in the sweep folder (``results.csv``,
-    ``results.md``; :mod:`dcoded.results`), and which jobs failed. A job that fails does not
+    ``results.md``, and ``results_by_seed`` where the seed varies; :mod:`dcoded.results`),
+    named in its last line, and which jobs failed. A job that fails does not
     stop the sweep (the app records it in its folder); the process exits with status 1 at the
     end if any did."""
 
@@ -36,12 +37,35 @@ class SweepTable(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_sweep_table(sweep_dir)
-        print(f"sweep: {len(rows)} jobs, table in {sweep_dir / TABLE_STEM}.md")
+        line = f"sweep: {len(rows)} jobs, table in {sweep_dir / TABLE_STEM}.md"
+        if rows and SEED in rows[0]:  # a column of its own where the seed varies: by seed too
+            line += f", by seed in {sweep_dir / SEED_STEM}.md"
+        print(line)
         failed = [r for r in rows if r["status"] != "finished"]
         if failed:
             listed = "; ".join(f"job {r['job']}: {r['error'] or r['status']}" for r in failed)
             print(f"error: {len(failed)} of {len(rows)} jobs failed: {listed}", file=sys.stderr)
             sys.exit(1)
+
+
+class Comparison(SweepTable):
+    """``experiment=compare``'s sweep (in its place): the sweep's table as
+    :class:`SweepTable` writes it, then the comparison of its runs
+    (:func:`dcoded.compare.report`), printed and written as ``compare.md`` into the sweep
+    folder, also where a job failed (the exit status stays 1 then)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        try:
+            super().on_multirun_end(config, **kwargs)
+        finally:
+            from dcoded import files
+            from dcoded.compare import REPORT_FILE, report
+
+            sweep_dir = Path(config.hydra.sweep.dir)
+            text = report([sweep_dir])
+            files.write_text(sweep_dir / REPORT_FILE, text)
+            print(f"\n{text}", end="")
+            print(f"comparison: {sweep_dir / REPORT_FILE}")
 
 
 def bad_jobs(master: DictConfig) -> list[str]:

@@ -73,6 +73,7 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
             "cluster=address needs cluster.address=tcp://HOST:PORT (the scheduler to join)"
         )
     if kind == "address":
+        _check_port(str(cfg["address"]))
         security_from_config(cfg.get("tls"))
     if not isinstance(n_workers, int) or isinstance(n_workers, bool) or n_workers < 1:
         raise ValueError(
@@ -82,6 +83,50 @@ def check_cluster_config(cfg: Mapping, n_workers: int) -> None:
         from dcoded.netem import check_links
 
         check_links(cfg, n_workers)
+    if kind == "local" and cfg.get("dashboard"):
+        _check_dashboard()
+
+
+def _check_dashboard() -> None:
+    """A ``ValueError`` where Dask's dashboard cannot be served here: it needs bokeh (the extra
+    ``dcoded[dashboard]``), without which the cluster started and linked a page that only
+    said "Dask needs bokeh"."""
+    from distributed.versions import BOKEH_REQUIREMENT
+
+    try:
+        import bokeh
+    except ImportError:
+        found = "which does not import here"
+    else:
+        if BOKEH_REQUIREMENT.specifier.contains(bokeh.__version__, prereleases=True):
+            return
+        found = f"not bokeh {bokeh.__version__}"
+    raise ValueError(
+        f"cluster.dashboard=true needs the bokeh package ({BOKEH_REQUIREMENT}), {found}: "
+        "pip install 'dcoded[dashboard]'"
+    )
+
+
+def _check_port(address: str) -> None:
+    """A ``ValueError`` where ``cluster.address`` names a port no scheduler can listen on
+    (outside 1..65535): a connection would be tried, on another port, and fail unclearly.
+
+    >>> _check_port("tcp://10.0.0.5:8786")
+    >>> _check_port("localhost:99999")
+    Traceback (most recent call last):
+    ...
+    ValueError: cluster.address=localhost:99999 is not allowed: port 99999 is outside 1..65535
+    """
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        _, port = parse_host_port(parse_address(address)[1])
+    except (TypeError, ValueError):
+        return  # no port, or not a number: Client says what is wrong with it
+    if not 1 <= port <= 65535:
+        raise ValueError(
+            f"cluster.address={address} is not allowed: port {port} is outside 1..65535"
+        )
 
 
 @contextlib.contextmanager

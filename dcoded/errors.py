@@ -61,7 +61,8 @@ class RunError(DcodedError, RuntimeError):
 
 
 class StepTimeout(RunError):
-    """A step did not finish within ``train.step_timeout_s``."""
+    """A step did not finish within ``train.step_timeout_s`` (or the workers' setup within
+    ``train.setup_timeout_s``)."""
 
 
 class WorkerLost(RunError):

@@ -63,6 +63,9 @@ SEED_MEASURED = ("step_ms", "total_s", "test_accuracy")
 #: Of these, the ones that are positive and skewed (times): their interval is taken on the log
 #: scale (:func:`log_interval`), so that it never reaches below zero.
 LOG_SCALE = ("step_ms", "total_s")
+#: Of these, the fractions (accuracies): their interval is clamped to [0, 1], where the values
+#: lie (Student's t of two seeds reaches far past both ends).
+FRACTIONS = ("test_accuracy",)
 #: The confidence of every interval here.
 CONFIDENCE = 0.95
 
@@ -333,7 +336,8 @@ def seed_table(jobs: Sequence[Mapping], seed: str = SEED) -> tuple[list[dict], l
     """``(rows, columns)``: one row per :func:`by_seed` group, its number of seeds and, for
     each of :data:`SEED_MEASURED`, the mean, the standard deviation across seeds and the 95%
     interval (``_mean``, ``_std``, ``_lo``, ``_hi``): of the mean, or for :data:`LOG_SCALE`'s
-    times of the geometric mean (:func:`log_interval`).
+    times of the geometric mean (:func:`log_interval`); :data:`FRACTIONS`' (accuracies) clamped
+    to [0, 1].
 
     >>> jobs = [{"overrides": {"algorithm": g, "train.seed": s}, "status": "finished",
     ...          "summary": {"final": {"test_accuracy": a}}}
@@ -351,6 +355,8 @@ def seed_table(jobs: Sequence[Mapping], seed: str = SEED) -> tuple[list[dict], l
         for m in SEED_MEASURED:
             values = [v for v in (measured(j, m) for j in g["jobs"]) if v is not None]
             iv = (log_interval if m in LOG_SCALE else interval)(values)
+            if m in FRACTIONS and iv["lo"] is not None:
+                iv = {**iv, "lo": max(0.0, iv["lo"]), "hi": min(1.0, iv["hi"])}
             row.update({f"{m}_{s}": iv[s] for s in ("mean", "std", "lo", "hi")})
         rows.append(row)
     return rows, [*keys, "n", "seeds", *stats]
@@ -458,15 +464,25 @@ def seed_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> s
         f"Sweep {where} by seed ({SEED}): {len(rows)} groups of the same overrides; mean ± "
         f"standard deviation across seeds [{100 * CONFIDENCE:.0f}% interval: Student's t of the "
         f"mean; for {' and '.join(LOG_SCALE)}, of the geometric mean, on the log scale, as "
-        "times are positive and skewed].\n\n" + markdown(lines, shown)
+        f"times are positive and skewed; for {' and '.join(FRACTIONS)}, clamped to [0, 1]]."
+        "\n\n" + markdown(lines, shown)
     )
 
 
-def table_text(where: Path, rows: Sequence[Mapping], columns: Sequence[str]) -> str:
-    """``results.md``: what the table is, then the table (``param_sha256`` to 12 digits)."""
+def table_text(
+    where: Path, rows: Sequence[Mapping], columns: Sequence[str], one_run: bool = False
+) -> str:
+    """``results.md``: what the table is, then the table (``param_sha256`` to 12 digits); with
+    ``one_run``, titled as the run it is rather than as a sweep.
+
+    >>> row = {"job": None, "status": "finished", SHA: None}
+    >>> table_text(Path("out/run"), [row], list(row), one_run=True).splitlines()[0]
+    'Run out/run: bytes per worker per step, times in ms (medians per step) and s (total).'
+    """
     per = "bytes per worker per step, times in ms (medians per step) and s (total)"
     short = [{**r, SHA: r[SHA][:12] + "…" if r.get(SHA) else None} for r in rows]
-    return f"Sweep {where}: {len(rows)} jobs; {per}.\n\n{markdown(short, columns)}"
+    title = f"Run {where}:" if one_run else f"Sweep {where}: {len(rows)} jobs;"
+    return f"{title} {per}.\n\n{markdown(short, columns)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -490,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if where.is_dir() and is_run_folder(where):  # one run: read it, write nothing into it
             rows, columns = sweep_table([load_run(where)])
-            print(table_text(where, rows, columns).replace(" 1 jobs;", " 1 run;"), end="")
+            print(table_text(where, rows, columns, one_run=True), end="")
         else:
             jobs = load_sweep(where)
             if not jobs:

@@ -104,6 +104,7 @@ def _run(cfg: Mapping, out_dir, progress: bool | None, reuse: bool, client) -> d
     handled here and in :func:`_train_on_cluster`, in the order the cluster, the replicas and
     the log must be let go: a refactor that changed that order made a frozen worker's run hang
     for minutes."""
+    cfg = netem.or_loopback(cfg)  # cluster.fallback=local where no namespaces can be made
     spec, reference, resume = build_spec(cfg)
     c = plain(cfg)
     if out_dir is not None and "given" not in c["cluster"]:  # the emulated driver's parent said it
@@ -299,11 +300,29 @@ def _history_and_log(c: dict, spec, resume, run_dir: Path | None, logger):
     return history, log
 
 
+#: The warnings about a cluster's workers this process printed, with the workers: the jobs of
+#: a sweep share one cluster, and say them once (each run's log notes them still).
+_SAID: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _warn_once(warning: str, workers) -> None:
+    """Print ``warning`` about ``workers`` unless this process already did."""
+    said = (warning, tuple(workers))
+    if said not in _SAID:
+        _SAID.add(said)
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
     """What the summary records of the cluster, with what every worker has; stops before
     training if a worker cannot read the data, and warns of workers with several threads."""
     facts = ctx.bounded(
-        "asking the workers", check_workers, session.client, session.workers, ctx.spec.dataset
+        "asking the workers",
+        check_workers,
+        session.client,
+        session.workers,
+        ctx.spec.dataset,
+        setup=True,
     )
     # under the scale model the workers share the cores by hard quotas, as machines of their own
     crowded = None if ctx.spec.dilation != 1.0 else cores_warning(facts)
@@ -311,7 +330,7 @@ def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:
         ctx.crowding = crowding(facts)
     for warning in (thread_warning(facts), crowded):
         if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+            _warn_once(warning, session.workers)
             ctx.log.note(warning)
     kind = "netem" if cluster.get("netem") else session.kind
     return {

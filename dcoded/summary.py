@@ -1,8 +1,8 @@
 """The run's summary: ``summary.json`` (what a run measured beside the closed forms, and
 where it ran), ``history.csv`` and ``theta.npy``, and the short table printed at the end.
 
-``docs/measurement.md`` defines the numbers of ``summary.json`` (the README lists what else it
-holds); :mod:`dcoded.results` reads them back for sweeps.
+``docs/measurement.md`` defines the numbers of ``summary.json`` (``docs/running.md`` lists what
+else it holds); :mod:`dcoded.results` reads them back for sweeps.
 """
 
 from __future__ import annotations
@@ -314,8 +314,22 @@ def _times(t: Mapping) -> str:
     return f"training loop {t['total']:.2f} s" + (f" of {whole:.2f} s in all" if whole else "")
 
 
+#: The phases of a step each algorithm has, as the console shows them (``summary.json`` keeps
+#: every phase, 0 where an algorithm has none): the parameter server's no coding, DDP's no
+#: encode, decode nor parameters (its all-reduce leaves every rank with the update), serial's
+#: no exchange.
+ALGORITHM_PHASES = {
+    "cdc": PHASES,
+    "ssgd": ("map", "shuffle", "update", "params"),
+    "asgd": ("map", "shuffle", "update", "params"),
+    "ddp": ("map", "shuffle", "update"),
+    "serial": ("map", "update"),
+}
+
+
 def format_results(summary: dict) -> str:
-    """The short results table printed at the end of a run."""
+    """The short results table printed at the end of a run: the phases and the byte rows of
+    its algorithm (:data:`ALGORITHM_PHASES`)."""
     t, f = times(summary), summary["final"]
     head = run_name(summary, sep="  ")
     head += (
@@ -342,7 +356,11 @@ def format_results(summary: dict) -> str:
         *_happened(summary),
         "  time per step, median ms"
         + (" (shuffle: the all-reduce, inside map's backward):" if ddp else ":"),
-        "    " + "  ".join(f"{k} {ms(t[k]).strip()}" for k in ("step_median", *PHASES)),
+        "    "
+        + "  ".join(
+            f"{k} {ms(t[k]).strip()}"
+            for k in ("step_median", *ALGORITHM_PHASES.get(summary["algorithm"], PHASES))
+        ),
         *_bytes_lines(summary),
         f"  param_sha256 {sha[:16] + '…' if sha else '- (the run did not finish)'}",
     ]
@@ -350,12 +368,16 @@ def format_results(summary: dict) -> str:
 
 
 def _bytes_lines(summary: dict) -> list[str]:
-    """The results table's bytes per worker per step, measured beside the closed forms."""
+    """The results table's bytes per worker per step, measured beside the closed forms: the
+    rows of what the algorithm moves (a multicast only where cdc's coded packets could go as
+    one; none for serial, which exchanges nothing)."""
     b = summary["bytes_per_worker"]
 
     def nb(x):
         return f"{'-':>12}" if x is None else f"{x:12,.0f}"
 
+    if summary["algorithm"] == "serial":
+        return ["  bytes per worker per step: none (algorithm=serial: one process, no exchange)"]
     if summary["algorithm"] == "ddp":
         # gloo's ring is not seen packet by packet: the buckets handed to it are
         exchange = [
@@ -365,10 +387,12 @@ def _bytes_lines(summary: dict) -> list[str]:
         ]
     else:
         exchange = [
-            f"    gradient exchange, multicast {nb(b['multicast'])} {nb(b['theory_multicast'])}",
             f"    gradient exchange, unicast   {nb(b['unicast'])} {nb(b['theory_unicast'])}",
             f"    parameters                   {nb(b['params'])} {nb(b['theory_params'])}",
         ]
+        if summary["algorithm"] == "cdc":  # a parameter server's gradients go to one server
+            multicast = f"{nb(b['multicast'])} {nb(b['theory_multicast'])}"
+            exchange.insert(0, f"    gradient exchange, multicast {multicast}")
     return [
         "  bytes per worker per step:      measured       theory",
         *exchange,
@@ -428,6 +452,97 @@ def _scale_line(summary: Mapping) -> list[str]:
     return lines
 
 
+def _stragglers_line(summary: Mapping) -> list[str]:
+    """The line of the stragglers, where the run injected some or did not wait for some:
+    how many of the steps it ran each slowed, and the steps that did not wait, by rank."""
+    st = summary.get("straggle") or {}
+    said = []
+    ran = summary.get("steps_done", summary["steps"]) - summary.get("start_step", 0)
+    if st.get("model") == "slow" and st.get("throttles"):
+        said.append(_slow_phrase(st["throttles"], ran))
+    elif st.get("model") not in (None, "none"):
+        said.append(f"straggle={st['model']} on {st.get('steps_with_injection', 0)} of "
+                    f"{ran} steps")  # fmt: skip
+    if st.get("steps_not_waiting"):
+        ranks = ", ".join(f"rank {k}: {v}" for k, v in (st.get("not_waited") or {}).items())
+        n = st["steps_not_waiting"]
+        said.append(f"{n} step{'s' * (n != 1)} did not wait ({ranks})")
+    return [f"  stragglers: {'; '.join(said)}"] if said else []
+
+
+def _slow_phrase(throttles: Mapping, ran: int) -> str:
+    """``straggle=slow``: each slow rank, how it was slowed, and on how many of the ``ran``
+    steps (a CPU quota holds on every step; the fallback's delay, where it was slept).
+
+    >>> _slow_phrase({"1": {"how": "cgroup", "speed": 0.33, "quota_us": 1650,
+    ...     "period_us": 10000, "steps": 20}}, 20)
+    'straggle=slow: rank 1 at 0.33 of its share of the cores, a CPU quota of 1650 us per 10000 us (0.165 of a core), on every step'
+    >>> _slow_phrase({"2": {"how": "delay", "speed": 0.5, "steps": 7}}, 8)
+    'straggle=slow: rank 2 at 0.5 of its share of the cores, a delay after each computation, on 7 of 8 steps'
+    >>> t = {"how": "cgroup", "speed": 0.5, "quota_us": 2500, "period_us": 10000, "steps": 9}
+    >>> _slow_phrase({"0": t, "3": t}, 9)
+    'straggle=slow: ranks 0, 3 at 0.5 of their share of the cores, a CPU quota of 2500 us per 10000 us (0.250 of a core) each, on every step'
+    """  # noqa: E501
+    alike: dict[tuple, list[str]] = {}  # the same slowdown: one phrase for its ranks
+    for rank, t in throttles.items():
+        if t["how"] == "cgroup" and t.get("period_us"):
+            how = (
+                f"a CPU quota of {t['quota_us']} us per {t['period_us']} us "
+                f"({t['quota_us'] / t['period_us']:.3f} of a core)"
+            )
+        else:
+            how = "a delay after each computation"
+        steps = t.get("steps", 0)
+        when = "every step" if ran and steps >= ran else f"{steps} of {ran} steps"
+        alike.setdefault((f"{t['speed']:g}", how, when), []).append(str(rank))
+    said = []
+    for (speed, how, when), ranks in alike.items():
+        many = len(ranks) > 1
+        said.append(
+            f"rank{'s' * many} {', '.join(ranks)} at {speed} of {'their' if many else 'its'} "
+            f"share of the cores, {how}{' each' * many}, on {when}"
+        )
+    return "straggle=slow: " + "; ".join(said)
+
+
+#: How a run's cluster is named on the console (``environment.cluster``).
+CLUSTER_NAMES = {
+    "local": "cluster=local",
+    "address": "cluster=address",
+    "client": "run(client=...)",
+}
+
+
+def _network_line(env: Mapping | None) -> list[str]:
+    """The line that says what carried the workers' messages where no network was emulated,
+    from their addresses: memory (in-process workers), this machine's loopback, or a real
+    network between hosts, which dcoded neither shapes nor knows the rate of.
+
+    >>> _network_line({"cluster": "local", "workers": ["tcp://127.0.0.1:4000"]})
+    ['  network: loopback (cluster=local: every worker on this machine; no link emulated)']
+    >>> _network_line({"cluster": "address", "workers": ["tcp://10.0.0.5:40", "tcp://10.0.0.6:40"],
+    ...     "per_worker": {"tcp://10.0.0.5:40": {"host": "a"}, "tcp://10.0.0.6:40": {"host": "b"}}})
+    ['  network: real, 2 hosts (cluster=address: not emulated; its rate is not known here)']
+    >>> _network_line({"cluster": "none", "workers": []})  # serial: no workers
+    []
+    """
+    from urllib.parse import urlsplit
+
+    workers = list((env or {}).get("workers") or [])
+    if not workers:
+        return []
+    cluster = CLUSTER_NAMES.get(env.get("cluster"), f"cluster={env.get('cluster')}")
+    if all(w.startswith("inproc://") for w in workers):
+        return [f"  network: none, in-process workers ({cluster}, processes=false: in memory)"]
+    hosts = [urlsplit(w).hostname or "" for w in workers]
+    if all(h == "localhost" or h == "::1" or h.startswith("127.") for h in hosts):
+        return [f"  network: loopback ({cluster}: every worker on this machine; no link emulated)"]
+    per = (env.get("per_worker") or {}).values()
+    machines = len({f.get("host") for f in per}) or len(set(hosts))
+    hosts_n = f"{machines} host{'s' * (machines != 1)}"
+    return [f"  network: real, {hosts_n} ({cluster}: not emulated; its rate is not known here)"]
+
+
 def _happened(summary: Mapping) -> list[str]:
     """A line each for what shaped the run, where it happened: the emulated network, the
     stragglers (injected, and the steps that did not wait), recoveries, multicast repairs.
@@ -458,17 +573,10 @@ def _happened(summary: Mapping) -> list[str]:
             )
         out.append(f"  network: emulated, {where}, queues of {net['queue_ms']:g} ms")
         out += _links_line(summary.get("links"))
+    else:
+        out += _network_line(summary.get("environment"))
     out += _scale_line(summary)
-    st = summary.get("straggle") or {}
-    said = []
-    if st.get("model") not in (None, "none"):
-        said.append(f"straggle={st['model']} on {st.get('steps_with_injection', 0)} of "
-                    f"{summary['steps']} steps")  # fmt: skip
-    if st.get("steps_not_waiting"):
-        ranks = ", ".join(f"rank {k}: {v}" for k, v in (st.get("not_waited") or {}).items())
-        said.append(f"{st['steps_not_waiting']} steps did not wait ({ranks})")
-    if said:
-        out.append(f"  stragglers: {'; '.join(said)}")
+    out += _stragglers_line(summary)
     for ev in summary.get("recoveries") or []:
         lost = ", ".join(f"rank {w['rank']}" for w in ev.get("lost", []))
         out.append(

@@ -145,7 +145,7 @@ def test_a_kept_cluster_is_reused_with_the_same_settings_and_closed_after_a_fail
         kept = _KEPT["session"]
         other = dcoded.run.run(compose_config([*TINY, "cluster.n_workers=3"]), reuse_cluster=True)
         assert len(other["environment"]["workers"]) == 3 and _KEPT["session"] is not kept
-        with pytest.raises(RunError, match="did not finish within 1e-06s"):
+        with pytest.raises(RunError, match=r"train\.step_timeout_s=1e-06s a step"):
             dcoded.run.run(
                 compose_config([*TINY, "train.step_timeout_s=0.000001"]), reuse_cluster=True
             )
@@ -194,7 +194,7 @@ def test_the_console_names_ddps_bytes_the_wire_and_what_happened():
     from dcoded.summary import format_results
 
     summary = dcoded.run.run(compose_config([*TINY, "algorithm=ssgd"]))
-    assert "network:" not in format_results(summary)  # nothing happened: no line
+    assert "stragglers:" not in format_results(summary)  # nothing happened: no line
     ddp = copy.deepcopy(summary)
     ddp["algorithm"] = "ddp"
     ddp["bytes_per_worker"].update(allreduced=4.0 * ddp["n_params"], wire=123_456.0)
@@ -215,25 +215,93 @@ def test_the_console_names_ddps_bytes_the_wire_and_what_happened():
     assert "inside map's backward" in text and "gradient exchange" not in text
 
 
+@pytest.mark.parametrize(
+    "overrides, phases, multicast",
+    [
+        (["algorithm=ssgd"], "map shuffle update params", False),
+        (["algorithm=asgd"], "map shuffle update params", False),
+        (["algorithm=serial"], "map update", False),
+        (["transport=dask"], "map encode shuffle decode update params", True),
+        (["transport=direct"], "map encode shuffle decode update params", True),
+        (["algorithm=ddp"], "map shuffle update", False),
+    ],
+)
+def test_the_console_shows_only_the_phases_and_bytes_an_algorithm_has(overrides, phases, multicast):
+    """An ssgd run printed a multicast row and ``encode 0.00 decode 0.00``: a parameter
+    server codes nothing and multicasts nothing (summary.json keeps every key)."""
+    from dcoded.config import compose_config
+    from dcoded.summary import format_results
+
+    ddp = overrides == ["algorithm=ddp"]  # worker processes: its table from an ssgd summary
+    summary = dcoded.run.run(compose_config([*TINY, *(["algorithm=ssgd"] if ddp else overrides)]))
+    if ddp:
+        summary["algorithm"] = "ddp"
+        summary["bytes_per_worker"]["allreduced"] = 4.0 * summary["n_params"]
+    text = format_results(summary)
+    shown = re.search(r"\n    step_median ([^\n]*)\n", text).group(1).split()
+    assert shown[1::2] == phases.split(), text
+    assert ("gradient exchange, multicast" in text) == multicast, text
+    serial = overrides == ["algorithm=serial"]
+    assert ("Dask transfers (all)" in text) == (not serial), text
+    assert set(summary["time_s"]) >= {"map", "encode", "shuffle", "decode", "update", "params"}
+    assert {"multicast", "unicast", "params"} <= set(summary["bytes_per_worker"])
+
+
+def test_the_console_says_which_network_carried_the_run():
+    """A local run's console never said its network was loopback (nor that in-process workers
+    use none): only an emulated one was named."""
+    from distributed import LocalCluster
+
+    from dcoded.config import compose_config
+    from dcoded.summary import format_results
+
+    def network(summary) -> list[str]:
+        return [ln for ln in format_results(summary).splitlines() if "network:" in ln]
+
+    in_process = dcoded.run.run(compose_config([*TINY, "algorithm=ssgd"]))
+    assert network(in_process) == [
+        "  network: none, in-process workers (cluster=local, processes=false: in memory)"
+    ]
+    with LocalCluster(
+        n_workers=2, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=":0"
+    ) as cluster:  # in-process workers that talk over TCP, on this machine's loopback
+        cfg = [o for o in TINY if "processes" not in o]  # a setting of cluster=local only
+        cfg += ["algorithm=ssgd", "cluster=address", "cluster.n_workers=2"]
+        on_loopback = dcoded.run.run(
+            compose_config([*cfg, f"cluster.address={cluster.scheduler_address}"])
+        )
+    assert network(on_loopback) == [
+        "  network: loopback (cluster=address: every worker on this machine; no link emulated)"
+    ]
+    serial = dcoded.run.run(compose_config([*TINY, "algorithm=serial"]))
+    assert network(serial) == []  # one process: no workers, no network
+
+
 def test_a_sweeps_job_folders_do_not_nest_under_an_address_or_a_path(tmp_path):
     """A job's folder names its overrides; a scheduler's address or a data path in them would
     nest it under ``tcp:/HOST:PORT,...`` folders. They stay out of the name (the job's config
     keeps them); each job still fails with its own clear error, in its own flat folder."""
+    from tests.test_data import make_idx_folder
+
+    data = tmp_path / "data" / "mnist"
+    make_idx_folder(data, n_train=200, n_test=20)
+    sweep = tmp_path / "sweep"
     result = _cli(
         "-m",
         "cluster=address",
         "cluster.address=tcp://127.0.0.1:9",
         "cluster.connect_timeout_s=2",
-        "dataset.path=/nowhere/digits",
+        "dataset=mnist",
+        f"dataset.path={data}",
         "coding.redundancy=1,2",
-        f"hydra.sweep.dir={tmp_path}",
+        f"hydra.sweep.dir={sweep}",
     )
     assert result.returncode != 0
-    jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert jobs == [
-        f"{i}-cluster.connect_timeout_s=2,cluster=address,coding.redundancy={r}"
+        f"{i}-cluster.connect_timeout_s=2,cluster=address,coding.redundancy={r},dataset=mnist"
         for i, r in enumerate((1, 2))
     ], jobs
     for job in jobs:
-        config = (tmp_path / job / ".hydra" / "config.yaml").read_text()
-        assert "address: tcp://127.0.0.1:9" in config and "path: /nowhere/digits" in config
+        config = (sweep / job / ".hydra" / "config.yaml").read_text()
+        assert "address: tcp://127.0.0.1:9" in config and f"path: {data}" in config

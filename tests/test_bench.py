@@ -9,6 +9,7 @@ import csv
 import itertools
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -127,18 +128,32 @@ def test_the_reader_sets_each_run_beside_its_baselines_and_bounds(sweep):
     assert "K=4, cluster=netem at 100 Mbit/s per link (switch,bus,racks)" in header
 
 
-def test_reading_a_sweep_prints_and_writes_the_table(sweep, capsys):
+def _tree(folder: Path) -> dict:
+    return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def test_reading_a_sweep_prints_the_table_and_writes_it_only_where_told(
+    sweep, tmp_path_factory, capsys
+):
+    """``--read`` wrote bench.md, .csv and .json into the folder it read: reading writes
+    nothing; ``--out DIR`` writes the table there."""
+    before = _tree(sweep)
     assert bench.main(["--read", str(sweep)]) == 1  # a job failed
+    printed = capsys.readouterr().out
+    assert _tree(sweep) == before
+    table = tmp_path_factory.mktemp("elsewhere") / "table"
+    assert bench.main(["--read", str(sweep), "--out", str(table)]) == 1
     out, err = capsys.readouterr()
-    assert out == (sweep / "bench.md").read_text()
-    rows = json.loads((sweep / "bench.json").read_text())
+    assert out == printed == (table / "bench.md").read_text()
+    assert _tree(sweep) == before and f"table: {table / 'bench.md'}" in err
+    rows = json.loads((table / "bench.json").read_text())
     assert set(rows[0]) == set(bench.COLUMNS)  # csv and json: every column
     shown = out.splitlines()[2].strip("| ").split(" | ")  # md: those with a value somewhere
     assert shown == [c for c in bench.SHOWN if any(r[c] is not None for r in rows)]
     assert "s" not in shown and "transport.overlap=true" in out
     assert "| switch | dnn | cdc | 2 | coded | direct | none | 1 | 20 | 1 | 2 | 4 |" in out
     assert "did not finish" in err and "worker lost" in err
-    with open(sweep / "bench.csv") as f:
+    with open(table / "bench.csv") as f:
         assert [r["step_ms"] for r in csv.DictReader(f)][:3] == ["10.0", "5.0", "20.0"]
     assert bench.main(["--read", str(sweep / "nothing")]) == 2
 
@@ -151,7 +166,7 @@ def test_repeats_are_read_as_one_row_with_an_interval_for_each_ratio(tmp_path, c
         where = tmp_path / f"repeat-{i}"
         write_job(where, "0-cdc", ["algorithm=cdc"], summary("cdc", cdc, r=2, transport="direct"))
         write_job(where, "1-ddp", ["algorithm=ddp"], summary("ddp", ddp))
-    assert bench.main(["--read", str(tmp_path)]) == 0
+    assert bench.main(["--read", str(tmp_path), "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())
     cdc = next(r for r in rows if r["algorithm"] == "cdc")
     ratios = [c / d for c, d in times]

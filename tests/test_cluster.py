@@ -110,6 +110,24 @@ def test_a_refused_port_fails_at_once_not_after_the_connect_timeout(monkeypatch)
         dcoded.run.run(cfg)
 
 
+@pytest.mark.parametrize(
+    "address", ["localhost:99999", "tcp://127.0.0.1:0", "tls://127.0.0.1:65536"]
+)
+def test_a_port_outside_the_range_is_refused_before_any_connection(monkeypatch, address):
+    """``localhost:99999`` was tried (on another port) and said "nothing listens on port
+    99999": no port is tried that no scheduler can listen on."""
+
+    def connects(*args, **kwargs):
+        raise AssertionError("a connection was tried")
+
+    monkeypatch.setattr(dcoded.cluster, "Client", connects)
+    monkeypatch.setattr(socket, "create_connection", connects)
+    cfg = compose_config([*NO_PROCESSES, "cluster=address", f"cluster.address={address}"])
+    port = address.rsplit(":", 1)[1]
+    with pytest.raises(dcoded.errors.ConfigError, match=f"port {port} is outside 1..65535"):
+        dcoded.run.run(cfg)
+
+
 def test_a_scheduler_that_binds_a_moment_later_is_waited_for():
     """A scheduler started just before the run (``dask scheduler &`` in a batch script)
     refuses its port for a moment: that is not failed at once."""
@@ -271,6 +289,33 @@ def test_one_thread_per_worker_is_not_warned(tls_cluster, capsys):
     assert "warning" not in capsys.readouterr().err and not summary["events"]
 
 
+def test_a_clusters_warnings_are_printed_once_for_the_runs_that_share_it(
+    two_thread_cluster, capsys, monkeypatch
+):
+    """The jobs of a sweep share one cluster: its warnings (more threads, more processes than
+    cores) are printed by the first run only, and noted in every run's log."""
+    monkeypatch.setattr(dcoded.run, "_SAID", set())
+    real = dcoded.run.check_workers
+
+    def one_core_each(*args):  # as if every worker were a process of its own on one core
+        facts = real(*args)
+        return {
+            w: {**f, "pid": k, "cpus": [0], "cores": 1} for k, (w, f) in enumerate(facts.items())
+        }
+
+    monkeypatch.setattr(dcoded.run, "check_workers", one_core_each)
+    warned, events = [], []
+    for _ in range(2):
+        summary = dcoded.run.run(_on(two_thread_cluster, "cluster.n_workers=2"))
+        err = capsys.readouterr().err.splitlines()
+        warned.append([ln for ln in err if ln.startswith("warning: ")])
+        events.append(summary["events"])
+    assert len(warned[0]) == 2 and any("share the 1 cores" in ln for ln in warned[0])
+    assert warned[1] == []
+    assert all(any("share the 1 cores" in e for e in ev) for ev in events)
+    assert all(any("more than one thread" in e for e in ev) for ev in events)
+
+
 def test_a_worker_that_cannot_read_the_data_is_named_before_training(
     two_thread_cluster, tmp_path, monkeypatch
 ):
@@ -387,3 +432,35 @@ def test_runs_share_a_client_the_caller_made():
     assert first["environment"]["cluster"] == "client"
     with pytest.raises(dcoded.errors.ConfigError, match="do not pass a client"):
         dcoded.run.run(compose_config(["cluster=netem"]), client=object())
+
+
+def test_a_dashboard_without_bokeh_is_refused_before_the_cluster_starts(monkeypatch):
+    """``cluster.dashboard=true`` without bokeh started the cluster and printed a link to a page
+    that said "Dask needs bokeh": it is refused first, in one line naming the extra."""
+
+    def starts(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setitem(sys.modules, "bokeh", None)  # import bokeh fails, installed or not
+    monkeypatch.setattr(dcoded.cluster, "LocalCluster", starts)
+    cfg = compose_config([*NO_PROCESSES, "cluster.dashboard=true"])
+    with pytest.raises(dcoded.errors.ConfigError) as refused:
+        dcoded.run.run(cfg)
+    assert str(refused.value) == (
+        "cluster.dashboard=true needs the bokeh package (bokeh>=3.1.0), which does not import "
+        "here: pip install 'dcoded[dashboard]'"
+    )
+
+
+@pytest.mark.parametrize(("version", "refused"), [("3.4.1", False), ("2.4.3", True)])
+def test_a_dashboard_needs_the_bokeh_dask_needs(monkeypatch, version, refused):
+    import types
+
+    monkeypatch.setitem(sys.modules, "bokeh", types.SimpleNamespace(__version__=version))
+    cfg = {"kind": "local", "dashboard": True}
+    if refused:
+        with pytest.raises(ValueError, match=f"not bokeh {version}: pip install"):
+            dcoded.cluster.check_cluster_config(cfg, 4)
+    else:
+        dcoded.cluster.check_cluster_config(cfg, 4)
+    dcoded.cluster.check_cluster_config({**cfg, "dashboard": False}, 4)  # not asked: no check

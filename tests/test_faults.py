@@ -494,6 +494,23 @@ def test_worker_killed_during_evaluation_does_not_hang(tmp_path, monkeypatch):
     assert "train.resume=" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "overrides", [["transport=dask"], ["transport=direct"], ["algorithm=ssgd"], ["algorithm=asgd"]]
+)
+def test_the_step_timeout_bounds_the_steps_and_the_setup_timeout_the_setup(overrides):
+    """train.step_timeout_s also bounded the workers' setup (a slow import, an emulated link
+    cut it): a step timeout too short for any step now stops the run at a step, and the
+    setup has a bound of its own, train.setup_timeout_s."""
+    with pytest.raises(dcoded.errors.StepTimeout) as step:
+        dcoded.run.run(tiny_config(*overrides, "train.step_timeout_s=0.000001"))
+    assert "train.step_timeout_s=1e-06" in str(step.value)
+    assert "setup" not in str(step.value) and "asking the workers" not in str(step.value)
+    with pytest.raises(dcoded.errors.StepTimeout) as setup:
+        dcoded.run.run(tiny_config(*overrides, "train.setup_timeout_s=0.000001"))
+    assert str(setup.value).startswith("worker setup did not finish within 1e-06s")
+    assert "(train.setup_timeout_s=1e-06s;" in str(setup.value)
+
+
 def test_a_scheduler_lost_while_collecting_records_is_a_clean_error():
     """The race CI once hit: the scheduler killed during the periodic collection of the workers'
     records raised a bare CommClosedError (status 1, a traceback) instead of the run's error."""

@@ -95,7 +95,7 @@ def test_the_table_has_each_phase_and_the_parameters_digest(tmp_path):
 
 def test_one_runs_folder_is_read_not_written(tmp_path):
     """Given one run's folder the reader once said "0 jobs", exited 0 and wrote its tables
-    into that run's folder."""
+    into that run's folder; then titled it "Sweep ...: 1 run"."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps(_summary(0.25, 0.91)))
@@ -103,7 +103,8 @@ def test_one_runs_folder_is_read_not_written(tmp_path):
         [sys.executable, "-m", "dcoded.results", str(run)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert "1 run;" in done.stdout and "| - | finished | 250 |" in done.stdout
+    assert done.stdout.startswith(f"Run {run}: bytes per worker per step")
+    assert "Sweep" not in done.stdout and "| - | finished | 250 |" in done.stdout
     assert sorted(p.name for p in run.iterdir()) == ["summary.json"]
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -142,7 +143,7 @@ def test_a_multirun_goes_on_past_a_bad_job_and_tabulates_every_job(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: 1 of 2 jobs failed: job 0: worker setup did not finish")
+    assert last.startswith("error: 1 of 2 jobs failed: job 0: step")  # steps 0..1, direct's
     (bad,) = tmp_path.glob("0-*")
     (good,) = tmp_path.glob("1-*")
     assert "train.step_timeout_s=1e-06" in (bad / "error.txt").read_text()
@@ -272,6 +273,51 @@ def test_a_seed_table_never_gives_a_time_interval_below_zero():
     assert row["step_ms_mean"] == pytest.approx(sum(ms) / 3)
     t_half = 4.302652729911275 * row["test_accuracy_std"] / 3**0.5  # t(0.975, 2)
     assert row["test_accuracy_lo"] == pytest.approx(row["test_accuracy_mean"] - t_half)
+
+
+def test_an_accuracy_interval_is_clamped_to_0_1(tmp_path):
+    """Two seeds gave ``test_accuracy [-0.17, 1.28]``: Student's t interval, clipped to where
+    an accuracy lies, and the table says so."""
+    import numpy as np
+    from scipy import stats
+
+    from dcoded.results import SEED_STEM
+
+    acc = {"cdc": [0.55, 0.99], "ssgd": [0.90, 0.91]}
+    for num, (algorithm, seed) in enumerate((a, s) for a in acc for s in (0, 1)):
+        summary = _summary(0.01, acc[algorithm][seed])
+        _job(tmp_path, num, [f"algorithm={algorithm}", f"train.seed={seed}"], summary)
+    write_sweep_table(tmp_path)
+    with open(tmp_path / f"{SEED_STEM}.csv") as f:
+        rows = {r["algorithm"]: r for r in csv.DictReader(f)}
+    for algorithm, values in acc.items():
+        x = np.array(values)
+        half = stats.t.ppf(0.975, 1) * x.std(ddof=1) / np.sqrt(2)
+        lo, hi = np.clip([x.mean() - half, x.mean() + half], 0, 1)
+        assert float(rows[algorithm]["test_accuracy_lo"]) == pytest.approx(lo)
+        assert float(rows[algorithm]["test_accuracy_hi"]) == pytest.approx(hi)
+    cdc = rows["cdc"]
+    assert (float(cdc["test_accuracy_lo"]), float(cdc["test_accuracy_hi"])) == (0, 1)
+    text = (tmp_path / f"{SEED_STEM}.md").read_text()
+    assert "test_accuracy, clamped to [0, 1]" in text and "[0, 1] |" in text
+
+
+@pytest.mark.parametrize("seeds", [["0", "1"], ["0", "0"]])
+def test_the_sweeps_last_line_names_each_table_it_wrote(tmp_path, capsys, seeds):
+    """The seed table was written but the last line named results.md only."""
+    from omegaconf import OmegaConf
+
+    from dcoded.callbacks import SweepTable
+    from dcoded.results import SEED_STEM
+
+    for num, seed in enumerate(seeds):
+        _job(tmp_path, num, [f"train.seed={seed}", f"a={num}"], _summary(0.01, 0.8))
+    SweepTable().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    written = (tmp_path / f"{SEED_STEM}.md").exists()
+    assert written == (seeds == ["0", "1"])
+    assert (f"{tmp_path / SEED_STEM}.md" in last) == written
+    assert last.startswith(f"sweep: 2 jobs, table in {tmp_path / 'results'}.md")
 
 
 def test_a_job_value_from_its_own_hydra_config_does_not_refuse_the_sweep(tmp_path):

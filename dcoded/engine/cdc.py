@@ -357,7 +357,7 @@ def _setup(ctx: Context) -> list:
         )
         for k in range(spec.n_workers)
     ]
-    ctx.wait_all(segments, "worker setup")
+    ctx.wait_all(segments, "worker setup", setup=True)
     ctx.collect("setup")  # setup's records are not training
     return segments
 

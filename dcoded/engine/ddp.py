@@ -67,7 +67,7 @@ def open_store(run_id: str, spec: RunSpec, host: str) -> int:
         0,
         spec.n_workers,
         is_master=True,
-        timeout=datetime.timedelta(seconds=spec.step_timeout_s),
+        timeout=datetime.timedelta(seconds=spec.setup_timeout_s),  # the ranks' rendezvous
         wait_for_workers=False,
     )
     _STORES[run_id] = store
@@ -118,7 +118,9 @@ class Group(_Closable):
         super().__init__()
         self.store = store  # rank 0's rendezvous store, kept while the group lives
         options = dist.ProcessGroupGloo._Options()
-        options._timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+        # built (gloo's connections, DDP's broadcast of θ) within the setup's bound, and
+        # then each all-reduce within a step's
+        options._timeout = datetime.timedelta(seconds=spec.setup_timeout_s)
         gloo = dist.ProcessGroupGloo
         options._devices = [
             gloo.create_device(interface=iface) if iface else gloo.create_default_device()
@@ -142,6 +144,8 @@ class Group(_Closable):
         self.optimizer = instantiate(dict(spec.optimizer))(replica.model.parameters())
         load_state_arrays(self.optimizer, optimizer_state or {})
         self._rehearse(replica)
+        if hasattr(backend, "_set_default_timeout"):  # an older torch: the driver's bound
+            backend._set_default_timeout(datetime.timedelta(seconds=spec.step_timeout_s))
 
     def _rehearse(self, replica: Replica) -> None:
         """One backward that reduces nothing, before the first step: DDP lays its buckets
@@ -195,7 +199,7 @@ def ddp_setup(
     st.group = building = _Closable()  # a peer lost meanwhile: the teardown ends the wait
 
     def build() -> Group:
-        timeout = datetime.timedelta(seconds=spec.step_timeout_s)
+        timeout = datetime.timedelta(seconds=spec.setup_timeout_s)
         store = _STORES.pop(run_id, None) if rank == 0 else None
         if store is None:
             store = dist.TCPStore(master, port, spec.n_workers, is_master=False, timeout=timeout)
@@ -327,17 +331,19 @@ def _stops(ctx: Context) -> list[int]:
 class _Follower:
     """The driver's view of the ranks' tasks: their records taken in, the progress bar moved
     as steps finish (``shown`` of them so far), and a run with no step done for
-    ``train.step_timeout_s`` stopped."""
+    ``train.step_timeout_s`` (its groups not built within ``train.setup_timeout_s``) stopped."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.shown, self.last_progress = 0, time.monotonic()
 
-    def follow(self, futures, what: str) -> list[dict]:
+    def follow(self, futures, what: str, setup: bool = False) -> list[dict]:
         """Wait for ``futures``, taking in the records and moving the progress bar as the
-        ranks go; each result as soon as its task is done."""
+        ranks go; each result as soon as its task is done. ``setup``: the ranks' setup,
+        bounded by ``train.setup_timeout_s``."""
         ctx = self.ctx
         pending, results, collected = set(futures), {}, 0.0
+        self.last_progress = time.monotonic()  # the tasks start now, not when the last did
         while pending:
             try:
                 pending = ctx.wait_some(pending, POLL_S, what)
@@ -351,7 +357,7 @@ class _Follower:
             ctx.collect(what)
             collected = time.monotonic()
             check_finite(ctx.log.first_nonfinite_loss())
-            self._progress(pending)
+            self._progress(pending, what, setup)
         return [results[f.key] for f in futures]
 
     def _gather_done(self, futures, pending: set, results: dict, what: str) -> None:
@@ -367,10 +373,12 @@ class _Follower:
                 if isinstance(result, dict) and "peer_lost" in result:
                     _lost_a_peer(ctx, result["peer_lost"])
 
-    def _progress(self, pending: set) -> None:
+    def _progress(self, pending: set, what: str, setup: bool = False) -> None:
         """Move the progress bar by the steps every rank has finished since; raise
-        :class:`StepTimeout` if none has for ``train.step_timeout_s`` while tasks still run."""
-        ctx, timeout = self.ctx, self.ctx.spec.step_timeout_s
+        :class:`StepTimeout` if none has for ``train.step_timeout_s`` while tasks still run
+        (``setup``: if the tasks have not ended within ``train.setup_timeout_s``)."""
+        ctx = self.ctx
+        timeout = ctx.spec.setup_timeout_s if setup else ctx.spec.step_timeout_s
         done_steps = ctx.log.steps_with_records(ctx.spec.n_workers)
         if done_steps > self.shown:
             self.last_progress = time.monotonic()
@@ -378,6 +386,10 @@ class _Follower:
                 ctx.progress.update(done_steps - self.shown)
             self.shown = done_steps
         elif pending and time.monotonic() - self.last_progress > timeout:
+            if setup:
+                raise StepTimeout(
+                    f"{what} did not finish within train.setup_timeout_s={timeout:g}s"
+                )
             raise StepTimeout(f"no ddp step finished within {timeout:g}s")
 
 
@@ -395,7 +407,7 @@ def _build_groups(ctx: Context, follower: _Follower) -> None:
         key=task_key(run, "ddp", start - 1, "store"),
         **pinned(workers[0]),
     )
-    port = ctx.gather(opened, "rendezvous port")
+    port = ctx.gather(opened, "rendezvous port", setup=True)
     theta0 = ctx.resume.theta if ctx.resume else None
     opt0 = ctx.resume.optimizer if ctx.resume else None
     setups = [
@@ -413,7 +425,7 @@ def _build_groups(ctx: Context, follower: _Follower) -> None:
         )
         for k, w in enumerate(workers)
     ]
-    follower.follow(setups, "ddp: building the process group")
+    follower.follow(setups, "ddp: building the process group", setup=True)
 
 
 def train_ddp(ctx: Context) -> np.ndarray:

@@ -99,7 +99,7 @@ def setup(
             link.pace(tcp_paces(spec, rank))
     link.connect_timeout *= spec.dilation  # the scale model: a connection is network time
     link.unacked_timeout_s = spec.step_timeout_s  # not Dask's 30 s: a live peer is not lost
-    link.open(send_peers(spec, rank), spec.step_timeout_s)  # while no rank computes
+    link.open(send_peers(spec, rank), spec.setup_timeout_s)  # while no rank computes
     st = registry.find_state(run_id, rank)
     st.link = link
     if spec.stragglers:
@@ -646,7 +646,7 @@ def _setup_ranks(ctx: Context) -> list:
         )
         for k in range(spec.n_workers)
     ]
-    ctx.wait_all(last, "worker setup")
+    ctx.wait_all(last, "worker setup", setup=True)
     ctx.collect("setup")  # setup's records are not training
     return last
 

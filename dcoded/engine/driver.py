@@ -81,22 +81,29 @@ class Context:
         """Steps of one epoch (the sample order's, :func:`dcoded.data.steps_per_epoch`)."""
         return steps_per_epoch(len(self.reference.data.y_train), self.spec.batch_size)
 
-    def wait_all(self, futures, what: str, timeout: float | None = None) -> None:
-        """Wait for ``futures`` within ``timeout`` (default ``train.step_timeout_s``); re-raise
-        the first task error
-        as soon as it happens; every ``POLL_S`` of waiting, check that the run's workers and
-        the scheduler are still there (a task pinned to a dead worker would wait forever)."""
+    def wait_all(
+        self, futures, what: str, timeout: float | None = None, setup: bool = False
+    ) -> None:
+        """Wait for ``futures`` within ``timeout`` (default ``train.step_timeout_s``; with
+        ``setup``, the workers' setup: ``train.setup_timeout_s``); re-raise the first task
+        error as soon as it happens; every ``POLL_S`` of waiting, check that the run's workers
+        and the scheduler are still there (a task pinned to a dead worker would wait forever)."""
         pending = set(futures)
-        limit = self.spec.step_timeout_s if timeout is None else timeout
+        limit = self.spec.setup_timeout_s if setup else self.spec.step_timeout_s
+        limit = limit if timeout is None else timeout
+        bound = (
+            f"train.setup_timeout_s={self.spec.setup_timeout_s:g}s"
+            if setup
+            else f"train.step_timeout_s={self.spec.step_timeout_s:g}s a step"
+        )
         deadline = time.monotonic() + limit
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 keys = [f.key for f in pending]
                 raise StepTimeout(
-                    f"{what} did not finish within {limit:g}s (train.step_timeout_s="
-                    f"{self.spec.step_timeout_s:g}s a step; {len(keys)} task(s) pending, "
-                    f"e.g. {keys[:2]})"
+                    f"{what} did not finish within {limit:g}s ({bound}; {len(keys)} task(s) "
+                    f"pending, e.g. {keys[:2]})"
                 )
             pending = self.wait_some(pending, min(remaining, POLL_S), what)
 
@@ -119,22 +126,30 @@ class Context:
                 raise WorkerLost(f"{what}: task {f.key} was cancelled")
         return pending
 
-    def bounded(self, what: str, call: Callable, *args, check: Callable | None = None, **kwargs):
+    def bounded(
+        self,
+        what: str,
+        call: Callable,
+        *args,
+        check: Callable | None = None,
+        setup: bool = False,
+        **kwargs,
+    ):
         """``call(*args, **kwargs)`` (a blocking client call: gather, scatter, run) within
-        ``train.step_timeout_s``, checking every ``POLL_S`` that the cluster is whole: a
-        gather of data a dead worker held, or a scatter to it, would otherwise wait forever.
-        Dask's own communication errors become :class:`WorkerLost`. ``check(what)`` replaces
-        that health check (``asgd`` goes on when another worker is lost)."""
+        ``train.step_timeout_s`` (with ``setup``, before training: ``train.setup_timeout_s``),
+        checking every ``POLL_S`` that the cluster is whole: a gather of data a dead worker
+        held, or a scatter to it, would otherwise wait forever. Dask's own communication
+        errors become :class:`WorkerLost`. ``check(what)`` replaces that health check
+        (``asgd`` goes on when another worker is lost)."""
         check = check or self.check_cluster
-        deadline = time.monotonic() + self.spec.step_timeout_s
+        name = "setup_timeout_s" if setup else "step_timeout_s"
+        limit = getattr(self.spec, name)
+        deadline = time.monotonic() + limit
 
         def watch() -> bool:
             check(what)
             if time.monotonic() > deadline:
-                raise StepTimeout(
-                    f"{what} did not finish within train.step_timeout_s="
-                    f"{self.spec.step_timeout_s:g}s"
-                )
+                raise StepTimeout(f"{what} did not finish within train.{name}={limit:g}s")
             return False
 
         failed: list[BaseException] = []  # the call's own error (not the watch's)
@@ -154,12 +169,12 @@ class Context:
             check(what)
             raise WorkerLost(f"{what}: {str(error).splitlines()[0]}") from None
 
-    def gather(self, futures, what: str):
+    def gather(self, futures, what: str, setup: bool = False):
         """Wait for ``futures`` (bounded, see :meth:`wait_all`), then fetch their results
         straight from the workers (bounded, see :meth:`bounded`)."""
         many = isinstance(futures, list | tuple)
-        self.wait_all(futures if many else [futures], what)
-        return self.bounded(what, self.client.gather, futures, direct=True)
+        self.wait_all(futures if many else [futures], what, setup=setup)
+        return self.bounded(what, self.client.gather, futures, direct=True, setup=setup)
 
     def lost_workers(self) -> list[str]:
         return [w for w, _ in self.missing_workers()]

@@ -74,7 +74,7 @@ def _setup(ctx: Context) -> tuple[np.ndarray, SegmentOptimizer]:
         )
         for k, w in enumerate(ctx.workers)
     ]
-    ctx.wait_all(futures, "worker setup")
+    ctx.wait_all(futures, "worker setup", setup=True)
     ctx.collect("setup")
     theta = ctx.resume.theta.copy() if ctx.resume else ctx.reference.theta
     optimizer = SegmentOptimizer(theta, spec.optimizer)

@@ -38,6 +38,9 @@ class RunSpec:
     torch_threads: int = 1
     run_id: str = "run"
     step_timeout_s: float = 300.0
+    #: ``train.setup_timeout_s``: the workers' setup before the first step (their data,
+    #: replicas, links or process group), bounded apart from the steps
+    setup_timeout_s: float = 300.0
     checkpoint_every: int = 0
     #: ``train.on_worker_loss``: ``stop``, or ``continue`` from the newest checkpoint
     on_worker_loss: str = "stop"
