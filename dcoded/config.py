@@ -10,6 +10,7 @@ data, and a checkpoint to resume from; every refusal is a :class:`~dcoded.errors
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import uuid
@@ -33,13 +34,22 @@ from dcoded.engine.spec import TRANSPORTS, RunSpec
 from dcoded.errors import ConfigError, DatasetError
 from dcoded.models import MODELS
 from dcoded.optim import SegmentOptimizer, check_optimizer
-from dcoded.settings import check_settings
+from dcoded.predict.best import register_resolver
+from dcoded.settings import (
+    CONFIG_MODULE,
+    GROUPS,
+    OPTION_KEYS,
+    SETTINGS,
+    check_settings,
+    chosen_settings,
+    config_groups,
+    ignored_warning,
+    is_overlay,
+    unknown_setting,
+)
 from dcoded.topology import PACE_SHARE, TCP_PACE_SHARE, Shape
 
-#: The Hydra configs: ``conf/`` at the top of the repository, installed as the package
-#: ``dcoded.conf`` (wheel, sdist and editable install alike), so ``python -m dcoded`` finds them
-#: from any folder.
-CONFIG_MODULE = "dcoded.conf"
+__all__ = ["CONFIG_MODULE", "build_spec", "check_overrides", "compose_config", "plain"]
 
 #: How the config spells the settings that ``dcoded.coding`` checks.
 CONFIG_NAMES = {
@@ -54,15 +64,153 @@ CONFIG_NAMES = {
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """The run config with Hydra overrides applied, as ``python -m dcoded`` would see it.
+    An override Hydra cannot apply is a :class:`~dcoded.errors.ConfigError` naming the
+    nearest valid names (:func:`check_overrides`).
 
     >>> cfg = compose_config(["coding.redundancy=3", "model=cnn"])
     >>> cfg.coding.redundancy, cfg.model.name
     (3, 'cnn')
-    """
+    >>> compose_config(["coding.redundency=2"])
+    Traceback (most recent call last):
+    ...
+    dcoded.errors.ConfigError: coding.redundency is not a setting of dcoded: did you mean coding.redundancy?
+    """  # noqa: E501
+    overrides = list(overrides or [])
+    try:
+        cfg = _compose(overrides)
+    except _HYDRA_ERRORS as e:
+        failed = e
+    else:
+        if any(o.lstrip().startswith("+") for o in overrides):  # a key added: is it a setting?
+            check_overrides(overrides, composed=cfg)
+        return cfg
+    check_overrides(overrides)  # the one line naming the nearest names, where it finds one
+    raise ConfigError(f"the overrides cannot be applied: {_first_line(failed)}") from None
+
+
+def _compose(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides or []))
+        return compose(config_name="config", overrides=overrides)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _hydra_errors() -> tuple[type[BaseException], ...]:
+    from hydra.errors import HydraException
+
+    return (HydraException, OmegaConfBaseException)
+
+
+def check_overrides(overrides: list[str], composed: DictConfig | None = None) -> None:
+    """Refuse, before Hydra composes anything, an override that names a group option that
+    does not exist (``algorithm=cdcc``, also inside a sweep ``algorithm=cdcc,ssgd``) or a key
+    that is not a setting of the config it changes (``coding.redundency=2``;
+    ``cluster.bandwidth_mbit=100`` on ``cluster=local``, with or without a ``+``): one
+    :class:`~dcoded.errors.ConfigError` line naming the nearest valid names. Hydra's own
+    (``hydra.*``, ``hydra/...``) are left to Hydra; a ``+key`` of the user's own at the top
+    level (``+tag=baseline``) and of ``optimizer`` (a keyword of the torch optimizer) is kept.
+    ``composed``: the config these overrides made, whose added keys are checked.
+
+    >>> check_overrides(["algorithm=cdcc,ssgd"])
+    Traceback (most recent call last):
+    ...
+    dcoded.errors.ConfigError: algorithm=cdcc is not an option of algorithm: did you mean cdc? (the options: asgd, cdc, ddp, serial, ssgd)
+    """  # noqa: E501
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except _HYDRA_ERRORS as e:
+        raise ConfigError(f"an override cannot be read: {_first_line(e)}") from None
+    chosen, keys = _check_options(parsed)
+    if not keys:
+        return
+    try:  # the config of the first job: the groups its overrides choose
+        c = OmegaConf.to_container(composed if composed is not None else _compose(chosen))
+    except _HYDRA_ERRORS:
+        return  # Hydra says why, when it composes the run
+    for o in keys:
+        name, added = o.key_or_group, o.is_add() or o.is_force_add()
+        there = _find(c, name)
+        if composed is None and o.is_add() and there is not _ABSENT:
+            raise ConfigError(
+                f"+{name}: {name} is a setting already; set it without the + ({name}=...)"
+            )
+        unset = o.value() in (None, "")  # what leaving it out means
+        if (there is _ABSENT and not added) or (added and not unset and not _a_setting(name, c)):
+            raise ConfigError(unknown_setting(name, c))
+
+
+def _check_options(parsed: list) -> tuple[list[str], list]:
+    """Refuse an option of a group that ``conf/`` does not have, in the parsed overrides; return
+    the group choices as overrides of the first job's config, and the overrides of keys."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    groups = config_groups()
+    chosen, keys = [], []
+    for o in parsed:
+        key = o.key_or_group
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            continue
+        if key not in groups:
+            keys.append(o)
+            continue
+        value = o.value()
+        values = value.list if isinstance(value, ChoiceSweep) else [value]
+        if o.is_delete() or (o.is_sweep_override() and not isinstance(value, ChoiceSweep)):
+            continue  # glob(...), range(...): Hydra expands them from the options
+        for v in values:
+            if v is not None and str(v) not in groups[key]:
+                raise ConfigError(_unknown_option(key, str(v)))
+        prefix = "++" if o.is_force_add() else "+" if o.is_add() else ""
+        package = f"@{o.package}" if o.package else ""
+        first = "null" if values[0] is None else values[0]
+        chosen.append(f"{prefix}{key}{package}={first}")
+    return chosen, keys
+
+
+def _a_setting(name: str, c: Mapping) -> bool:
+    """Whether a key added to the plain config ``c`` may be there: a setting of the option its
+    group chose (of the group, for ``train`` and ``coding``), a keyword of the optimizer, or a
+    key of the user's own outside dcoded's groups."""
+    group, _, key = name.partition(".")
+    if group not in GROUPS:
+        return True
+    own = chosen_settings(c, group)
+    if own is not None:
+        return key in own
+    return name in SETTINGS
+
+
+_ABSENT = object()
+
+
+def _find(c, name: str):
+    """The value at the dotted ``name`` of the plain config ``c`` (``???`` where it is
+    missing), or ``_ABSENT`` where there is no such key."""
+    for part in name.split("."):
+        if not isinstance(c, Mapping) or part not in c:
+            return _ABSENT
+        c = c[part]
+    return c
+
+
+_HYDRA_ERRORS = _hydra_errors()
+
+
+def _unknown_option(group: str, option: str) -> str:
+    options = [o for o in config_groups()[group] if group in OPTION_KEYS or is_overlay(group, o)]
+    options = options or list(config_groups()[group])
+    near = difflib.get_close_matches(option, options, 3, 0.6)
+    if near and len(options) > 8:
+        return f"{group}={option} is not an option of {group}: did you mean {' or '.join(near)}?"
+    guess = f": did you mean {' or '.join(near)}?" if near else ""
+    listed = ", ".join(options)
+    return f"{group}={option} is not an option of {group}{guess} (the options: {listed})"
 
 
 def config_defaults() -> dict:
@@ -77,49 +225,6 @@ def config_defaults() -> dict:
 
 
 _DEFAULTS: dict = {}
-
-#: Settings that only some algorithms read: ``name: (the algorithms that read it, values that
-#: mean the same as leaving it out)``. Set to anything else (and not its default) for another
-#: algorithm, a run says in one line that it ignores it.
-READ_BY = {
-    "coding.redundancy": (("cdc", "serial"), (1,)),
-    "coding.group_size": (("cdc", "serial"), (None,)),
-    "coding.shuffle": (("cdc", "serial"), ()),
-    "coding.hybrid_m": (("cdc", "serial"), (None,)),
-    "coding.stragglers": (("cdc",), (0,)),
-    "coding.straggler_grace": (("cdc",), ()),
-    "transport.name": (("cdc",), ("dask", "direct")),
-    "train.pipeline": (("cdc",), ()),
-    "straggle.model": (("cdc", "ssgd", "asgd", "ddp"), ("none",)),
-}
-
-
-def ignored_settings(c: Mapping) -> list[str]:
-    """The settings in ``c`` that its algorithm does not read, set to something that is
-    neither their default nor what leaving them out means, each as ``name=value (who reads
-    it)``.
-
-    >>> ignored_settings(plain(compose_config(["algorithm=ddp", "coding.stragglers=1"])))
-    ['coding.stragglers=1 (cdc only)']
-    >>> ignored_settings(plain(compose_config(["algorithm=ssgd", "coding.redundancy=1"])))
-    []
-    """
-    algorithm = (c.get("algorithm") or {}).get("name")
-    defaults = config_defaults()  # the groups (transport, straggle) have their neutral values
-    out = []
-    for name, (readers, neutral) in READ_BY.items():
-        if algorithm in readers:
-            continue
-        group, leaf = name.split(".")
-        if leaf not in (c.get(group) or {}):
-            continue
-        value = c[group][leaf]
-        if value in neutral or value == (defaults.get(group) or {}).get(leaf, neutral):
-            continue
-        shown = group if name in ("transport.name", "straggle.model") else name
-        who = " and ".join(readers) + (" only" if len(readers) < 4 else "")
-        out.append(f"{shown}={value} ({who})")
-    return out
 
 
 def sweep_jobs(master: DictConfig) -> list[tuple[list[str], DictConfig]]:
@@ -161,6 +266,7 @@ def plain(cfg: Mapping) -> dict:
     dcoded.errors.ConfigError: the config cannot be resolved: Interpolation key 'nope' not found
     """
     if isinstance(cfg, DictConfig):
+        register_resolver()  # ${dcoded_best_redundancy:} (experiment=compare), outside the app too
         try:
             out = OmegaConf.to_container(cfg, resolve=True)
         except OmegaConfBaseException as e:
@@ -248,6 +354,7 @@ def _train_fields(train: Mapping, tdf: float) -> dict:
         "seed": int(train.get("seed", 0)),
         "eval_every": int(train.get("eval_every", 50) or 0),
         "step_timeout_s": float(train.get("step_timeout_s", 300)) * tdf,
+        "setup_timeout_s": float(train.get("setup_timeout_s", 300)) * tdf,
         "checkpoint_every": int(train.get("checkpoint_every") or 0),
         "on_worker_loss": str(train.get("on_worker_loss") or "stop"),
         "replace_within_s": float(train.get("replace_within_s", 30)) * tdf,
@@ -303,10 +410,12 @@ def _choices(c: Mapping) -> tuple[str, str, str, list[str], list[str]]:
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport={transport!r} is not known: choose one of {TRANSPORTS}")
     _check_tls(cluster, algorithm, transport)
+    if algorithm == "serial" and cluster.get("kind") == "netem":
+        raise ConfigError("algorithm=serial runs in one process: use cluster=local")
     notes, warnings = [], []
-    ignored = ignored_settings(c)
+    ignored = ignored_warning(c)  # one line: every setting the run sets and does not read
     if ignored:
-        warnings.append(f"algorithm={algorithm} ignores {', '.join(ignored)}")
+        warnings.append(ignored)
     if algorithm != "cdc":  # only cdc's exchange has a choice; the others move through Dask
         transport = "dask"
     if transport == "multicast" and algorithm == "cdc":

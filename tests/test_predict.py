@@ -603,5 +603,8 @@ def test_measure_rate_with_an_override_it_cannot_apply_is_one_line(tmp_path, cap
         cli.main(["--measure-rate", "cluster.bandwidth_mbit=100", "--calibration", str(path)]) == 2
     )
     err = capsys.readouterr().err
-    assert err.startswith("error: --measure-rate cluster.bandwidth_mbit=100: Could not override")
+    assert err.startswith(
+        "error: --measure-rate cluster.bandwidth_mbit=100: cluster.bandwidth_mbit is not a "
+        "setting of cluster=local but of cluster=netem"
+    )
     assert err.count("\n") == 1 and not path.exists()

@@ -386,16 +386,14 @@ def measure_rate(overrides: Sequence[str] = (), sizes=(1, 4, 16, 64), repeats: i
     import time
 
     import numpy as np
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     from dcoded.config import build_spec, compose_config
     from dcoded.engine.replica import Replica
 
     try:
         cfg = compose_config(["cluster=local", *overrides])
-    except (HydraException, OmegaConfBaseException) as e:  # one line, not Hydra's traceback
-        raise ConfigError(f"--measure-rate {' '.join(overrides)}: {e}".split("\n")[0]) from None
+    except ConfigError as e:  # one line naming the nearest settings, with the flag
+        raise ConfigError(f"--measure-rate {' '.join(overrides)}: {e}") from None
     spec, _, _ = build_spec(cfg)
     replica = Replica(spec)
     order = np.arange(max(sizes))
