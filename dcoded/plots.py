@@ -685,6 +685,50 @@ def _sweep_panel(
         _none_drawn(ax, "not measured")
 
 
+def comparison(rows: Sequence[Mapping], axes):
+    """The first comparison's runs beside the closed forms (two ``Axes``), from
+    :func:`dcoded.compare.rows`: each run's median step (its interquartile range as the error
+    bar) with the least time its exchange needs on the links (the bound) and the step
+    ``dcoded.predict`` predicts; and the gradient exchange's bytes a worker sent per step
+    beside the closed form's. On loopback there is no bound to draw."""
+    _steps_beside_bounds(rows, axes[0])
+    ax, x = axes[1], np.arange(len(rows))
+    sent = [np.nan if r.get("sent_B") is None else r["sent_B"] for r in rows]
+    theory = [np.nan if r.get("theory_B") is None else r["theory_B"] for r in rows]
+    ax.bar(x - 0.2, sent, 0.4, label="sent (measured)")
+    ax.bar(x + 0.2, theory, 0.4, label="theory (closed form)", color="0.6")
+    ax.set_xticks(x, [r["run"] for r in rows], rotation=20, ha="right")
+    ax.set_ylabel("bytes per worker per step")
+    ax.set_title("gradient exchange (DDP's ring: theory only)")
+    _thousands(ax.yaxis)
+    ax.legend(fontsize="small")
+    return axes
+
+
+def _steps_beside_bounds(rows: Sequence[Mapping], ax) -> None:
+    """Each run's median step (bar, p25-p75), its bound and its predicted step (markers)."""
+    x = np.arange(len(rows))
+    step = np.array([r["step_ms"] for r in rows], dtype=float)
+    low = np.array([r.get("p25_ms") or r["step_ms"] for r in rows], dtype=float)
+    high = np.array([r.get("p75_ms") or r["step_ms"] for r in rows], dtype=float)
+    spread = [step - low, high - step]
+    ax.bar(x, step, yerr=spread, ecolor="0.4", color="C0", label="measured (median, p25-p75)")
+    for column, marker, name in (
+        ("comm_bound_ms", "C1_", "bound: the exchange's bytes at the links' rate"),
+        ("predicted_ms", "C3x", "predicted (dcoded.predict)"),
+    ):
+        values = [r.get(column) for r in rows]
+        if any(v is not None for v in values):
+            ys = [np.nan if v is None else v for v in values]
+            wide = marker.endswith("_")
+            ax.plot(x, ys, marker, markersize=24 if wide else 8, mew=3 if wide else 2, label=name)
+    ax.set_xticks(x, [r["run"] for r in rows], rotation=20, ha="right")
+    ax.set_ylabel("ms per step")
+    bound = any(r.get("comm_bound_ms") is not None for r in rows)
+    ax.set_title("time per step" + ("" if bound else " (no emulated link: no bound)"))
+    ax.legend(fontsize="small")
+
+
 def save(fig, path: Path) -> Path:
     """Write ``fig`` as a PNG at ``path`` (made new, :func:`dcoded.files.create`)."""
     from dcoded import files
