@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def readme_example() -> str:
     """The README's "From Python or a notebook" code block, exactly as written."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### From Python or a notebook") :]
+    section = text[text.index("## From Python or a notebook") :]
     return re.search(r"```python\n(.*?)```", section, re.S)[1]
 
 
@@ -96,7 +96,7 @@ def test_the_readme_example_with_a_cluster_kept_open_piped_to_python(tmp_path):
     here), piped to ``python -``. With Dask's own ``LocalCluster`` it failed with "Nanny failed
     to start"; as a file it ended with "Worker process still alive ... killing" lines."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### From Python or a notebook") :]
+    section = text[text.index("## From Python or a notebook") :]
     code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
     assert "__main__" not in code and "client=client" in code and "local_cluster" in code
     code = code.replace('f"coding.redundancy={r}"', 'f"coding.redundancy={r}", "train.steps=5"')
