@@ -37,7 +37,7 @@ def app(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     Path(out_dir, ERROR_FILE).unlink(missing_ok=True)  # an earlier run's, in the same folder
     try:
-        if cfg.train.get("resume") is not None:  # the checkpoint's run's config, and this one's
+        if cfg.train.get("resume"):  # the checkpoint's run's config, and this one's ('': none)
             cfg = _resumed(cfg, hydra_cfg, out_dir)
         # the jobs of a multirun share one cluster, local or emulated (started once, closed
         # at exit, or after a job that failed)
@@ -111,10 +111,8 @@ def check_command_line(argv: list[str]) -> str | None:
 
     from dcoded.config import check_overrides
 
-    try:
-        args, _ = get_args_parser().parse_known_args(argv)
-    except SystemExit:  # Hydra's parser says what is wrong when the app starts
-        return None
+    # --version, or a flag without its value: Hydra's parser prints it and exits, once
+    args, _ = get_args_parser().parse_known_args(argv)
     elsewhere = (args.config_path, args.config_name, args.config_dir, args.experimental_rerun)
     asks = (args.help, args.hydra_help, args.shell_completion, args.info)
     if any(x is not None for x in elsewhere) or any(asks):

@@ -101,6 +101,26 @@ def _check_members(file: Path, where) -> None:
 def load(path: str | Path) -> Checkpoint:
     """Read a checkpoint from a run directory (or the file itself), without pickle; every
     member's header is checked before any is read (:func:`_check_members`)."""
+
+    def read(z) -> tuple:
+        theta = np.array(z["theta"], dtype=np.float32)
+        return theta, {k[4:]: np.array(z[k]) for k in z.files if k.startswith("opt.")}
+
+    step, meta, (theta, opt) = _read(path, read)
+    return Checkpoint(step=step, theta=theta, optimizer=opt, meta=meta)
+
+
+def peek(path: str | Path) -> tuple[int, dict]:
+    """A checkpoint's step and ``meta`` (its run's config among them), checked as :func:`load`
+    checks them, without reading its parameters or optimizer state; :class:`CheckpointError`
+    where there is none to read."""
+    step, meta, _ = _read(path, lambda z: None)
+    return step, meta
+
+
+def _read(path: str | Path, more) -> tuple[int, dict, object]:
+    """``(step, meta, more(z))`` of the checkpoint at ``path`` (a run directory or the file),
+    every member's header checked first; one :class:`CheckpointError` line where it cannot be."""
     path = Path(path).expanduser()
     file = path / FILE if path.is_dir() else path
     if not file.is_file():
@@ -109,9 +129,8 @@ def load(path: str | Path) -> Checkpoint:
         _check_members(file, path)
         with np.load(file, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            theta = np.array(z["theta"], dtype=np.float32)
             step = int(z["step"])
-            opt = {k[4:]: np.array(z[k]) for k in z.files if k.startswith("opt.")}
+            extra = more(z)
     except CheckpointError:
         raise
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
@@ -122,20 +141,4 @@ def load(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{file}: checkpoint format {meta.get('format')} is not {FORMAT}")
     if step < 0:
         raise CheckpointError(f"train.resume={path}: {file} is at step {step}, below 0")
-    return Checkpoint(step=step, theta=theta, optimizer=opt, meta=meta)
-
-
-def peek(path: str | Path) -> tuple[int, dict]:
-    """A checkpoint's step and ``meta`` (its run's config among them), without reading its
-    parameters or optimizer state; :class:`CheckpointError` where there is none to read."""
-    path = Path(path).expanduser()
-    file = path / FILE if path.is_dir() else path
-    if not file.is_file():
-        raise CheckpointError(f"train.resume={path}: no {FILE} there (nothing to resume)")
-    try:
-        with np.load(file, allow_pickle=False) as z:
-            return int(z["step"]), json.loads(bytes(z["meta"]).decode())
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-        raise CheckpointError(
-            f"train.resume={path}: {file} is not a readable checkpoint: {e}"
-        ) from None
+    return step, meta, extra

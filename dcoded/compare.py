@@ -270,8 +270,9 @@ def jobs(overrides: Sequence[str] = ()) -> list:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from dcoded.config import CONFIG_MODULE, sweep_jobs
+    from dcoded.config import CONFIG_MODULE, check_overrides, sweep_jobs
 
+    check_overrides(["experiment=compare", *overrides])  # a typo: one ConfigError line
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         master = GlobalHydra.instance().hydra.compose_config(  # as -m: overrides may sweep
             "config", ["experiment=compare", *overrides], run_mode=RunMode.MULTIRUN

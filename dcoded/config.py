@@ -109,7 +109,8 @@ def check_overrides(overrides: list[str], composed: DictConfig | None = None) ->
     """Refuse, before Hydra composes anything, an override that names a group option that
     does not exist (``algorithm=cdcc``, also inside a sweep ``algorithm=cdcc,ssgd``) or a key
     that is not a setting of the config it changes (``coding.redundency=2``;
-    ``cluster.bandwidth_mbit=100`` on ``cluster=local``, with or without a ``+``): one
+    ``cluster.bandwidth_mbit=100`` on ``cluster=local``, with or without a ``+``; ``++`` forces
+    it in, to be warned of as not read): one
     :class:`~dcoded.errors.ConfigError` line naming the nearest valid names. Hydra's own
     (``hydra.*``, ``hydra/...``) are left to Hydra; a ``+key`` of the user's own at the top
     level (``+tag=baseline``) and of ``optimizer`` (a keyword of the torch optimizer) is kept.
@@ -141,7 +142,8 @@ def check_overrides(overrides: list[str], composed: DictConfig | None = None) ->
                 f"+{name}: {name} is a setting already; set it without the + ({name}=...)"
             )
         unset = o.value() in (None, "")  # what leaving it out means
-        if (there is _ABSENT and not added) or (added and not unset and not _a_setting(name, c)):
+        foreign = o.is_add() and not unset and not _a_setting(name, c)  # ++ forces it in
+        if (there is _ABSENT and not added) or foreign:
             raise ConfigError(unknown_setting(name, c))
 
 

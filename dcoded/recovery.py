@@ -253,7 +253,7 @@ def resumed_config(overrides: Sequence[str], cfg: Mapping | None = None) -> Dict
     cfg = _compose(overrides) if cfg is None else cfg
     c = plain(cfg)
     where = (c.get("train") or {}).get("resume")
-    if where is None:
+    if not where:  # None or '': a new run
         return cfg
     _, meta = checkpoint.peek(where)
     if not meta.get("config"):  # an older dcoded's: what this resume composed

@@ -153,7 +153,8 @@ def _missing(results: Path, size: str, experiments) -> str | None:
 
 def main(results: Path = paths.RESULTS, size: str = "small", *, out: Path) -> None:
     now = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M}"
-    parts = [prose("head", size=size, now=now), "", f"## {summary.TITLE}", ""]
+    into = " --into-paper" if Path(out).resolve() == paths.SHIPPED.resolve() else ""
+    parts = [prose("head", size=size, into=into, now=now), "", f"## {summary.TITLE}", ""]
     parts += [summary.section(results, size), "", "## Conditions", ""]
     try:
         parts.append(conditions(results, size))

@@ -88,6 +88,11 @@ def test_its_jobs_from_python_are_the_command_lines_with_its_overrides(emulated)
     ]
 
 
+def test_a_typo_in_its_overrides_from_python_is_one_config_error():
+    with pytest.raises(ConfigError, match=r"did you mean coding\.redundancy"):
+        compare.jobs(["coding.redundency=2"])
+
+
 def _predicted_best(K, topology, transport, rate=100.0, batch=240):
     """The r of least predicted step among 1 < r < K, each scenario written out here."""
     steps = {}

@@ -88,6 +88,8 @@ def test_a_resume_goes_on_with_the_interrupted_runs_config_and_its_own_overrides
     c = resumed("experiment=smoke")  # what the experiment sets, and only that
     assert (c["train"]["steps"], c["train"]["eval_every"], c["train"]["lr"]) == (20, 10, 0.07)
     # it runs as the interrupted run's config would have, up to the steps given
+    fresh = plain(resumed_config(["train.resume=", *given]))  # '': a new run, as before
+    assert fresh == {**ran, "train": {**ran["train"], "resume": ""}}
     out = dcoded.run.run(resumed_config([f"train.resume={tmp_path}", "train.steps=9"]))
     again = dcoded.run.run(compose_config([*given, "train.steps=9"]))
     assert out["param_sha256"] == again["param_sha256"] and out["start_step"] == 6

@@ -464,6 +464,30 @@ def test_hydras_own_add_and_force_add_still_work():
     assert "dataset=cifar10" in check_command_line(["dataset.path=/nonexistent"])
 
 
+def test_a_forced_key_of_another_option_is_kept_and_warned_of_not_refused():
+    """``paper.sweep`` forces ``++cluster.scale_model=false`` into every experiment where host
+    cgroups cannot be made, ``paper_tuning``'s ``cluster=local`` included: ``++`` forces a key
+    of another option in (to be warned of where it is not read), ``+`` and a plain key do not."""
+    from dcoded.__main__ import check_command_line
+
+    forced = ["-m", "experiment=paper_tuning", "++cluster.scale_model=false"]
+    assert check_command_line(forced) is None
+    assert "cluster=netem" in check_command_line(["+cluster.bandwidth_mbit=100"])
+    assert "cluster=netem" in check_command_line(["cluster.bandwidth_mbit=100"])
+    cfg = compose_config(["++cluster.bandwidth_mbit=100"])
+    assert cfg.cluster.bandwidth_mbit == 100 and cfg.cluster.kind == "local"
+
+
+def test_hydras_own_exits_are_left_to_it_once(capsys):
+    """``--version`` (and a flag without its value) exit in Hydra's parser: they were caught
+    and parsed again by the app, so Hydra printed its version twice."""
+    from dcoded.__main__ import check_command_line
+
+    with pytest.raises(SystemExit) as e:
+        check_command_line(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.count("Hydra") == 1
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
