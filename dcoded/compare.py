@@ -205,7 +205,15 @@ def network_line(summaries: Sequence[Mapping]) -> str:
     where += f"{s['steps']} steps a run (one run each; times are medians per step)"
     if net:
         links = f"an emulated {net['topology']} of {net['bandwidth_mbit']:g} Mbit/s links"
-        return f"compare: {where}, on {links} (cluster=netem)"
+        cluster = (s.get("config") or {}).get("cluster") or {}
+        cores = s["environment"].get("cores")
+        hosts = (
+            "; each worker an emulated machine of its own (cluster.scale_model=true)"
+            if cluster.get("scale_model")
+            else f"; the {s['n_workers']} workers share this machine's {cores} cores, so compute "
+            "is slower than on K machines (cluster.scale_model=true emulates them: slower to run)"
+        )
+        return f"compare: {where}, on {links} (cluster=netem){hosts}"
     asked = (s.get("config") or {}).get("cluster") or {}
     why = loopback_reason({**asked, "kind": "netem", "fallback": "local"})
     return (

@@ -272,6 +272,13 @@ def _sweep(tmp_path, summaries, failed=()):
 def test_the_report_says_where_the_runs_ran_and_what_each_ratio_means(tmp_path):
     text = compare.report([_sweep(tmp_path / "emulated", _known())])
     assert "on an emulated bus of 100 Mbit/s links (cluster=netem)" in text.splitlines()[0]
+    assert "the 4 workers share this machine's 2 cores" in text.splitlines()[0]
+    scaled = _known()
+    config = plain(compose_config(["experiment=compare", "cluster.scale_model=true"]))
+    for s in scaled:
+        s |= {"config": config, "n_params": D}
+    text = compare.report([_sweep(tmp_path / "scaled", scaled)])
+    assert "each worker an emulated machine of its own" in text.splitlines()[0]
     for column in ("vs_ddp", "step_x", "bytes_x", "predicted_ms"):
         assert f"  {column}: {compare.MEANING[column]}" in text
     loopback = compare.report([_sweep(tmp_path / "loopback", _known(netem_=False))])
