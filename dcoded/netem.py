@@ -996,7 +996,11 @@ def run_in_network(cfg: Mapping, out_dir: Path, net: Network) -> dict:
     proc = _in_ns(
         net.hosts["drv"],
         [sys.executable, "-m", "dcoded.run", "-", str(out_dir), "--no-table"],
-        env=scale.dask_timers(net.tdf) if net.model else None,
+        env={
+            **(scale.dask_timers(net.tdf) if net.model else {}),
+            # a warning of the network's workers, said once for the jobs of a sweep
+            **({"DCODED_SAID_FILE": str(Path(net.scratch, "said"))} if net.scratch else {}),
+        },
         net=net,
         cpu=host_cpu(net, "drv"),
         stdin=subprocess.PIPE,

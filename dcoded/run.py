@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -305,12 +306,27 @@ def _history_and_log(c: dict, spec, resume, run_dir: Path | None, logger):
 _SAID: set[tuple[str, tuple[str, ...]]] = set()
 
 
+#: a file of the warnings said, one JSON line each, shared by the processes that set it: the
+#: driver of each job of a sweep on the emulated network is a process of its own
+SAID_FILE = "DCODED_SAID_FILE"
+
+
 def _warn_once(warning: str, workers) -> None:
-    """Print ``warning`` about ``workers`` unless this process already did."""
+    """Print ``warning`` about ``workers`` unless this process already did, or another that
+    shares its file of warnings said (``$DCODED_SAID_FILE``) did."""
     said = (warning, tuple(workers))
-    if said not in _SAID:
-        _SAID.add(said)
-        print(f"warning: {warning}", file=sys.stderr)
+    if said in _SAID:
+        return
+    _SAID.add(said)
+    shared = os.environ.get(SAID_FILE)
+    if shared:
+        line = json.dumps([warning, list(workers)])
+        with contextlib.suppress(OSError):
+            if line in Path(shared).read_text().splitlines():
+                return
+        with contextlib.suppress(OSError), files.append(shared) as f:
+            f.write(line + "\n")
+    print(f"warning: {warning}", file=sys.stderr)
 
 
 def _ask_workers(ctx: Context, session, cluster: Mapping) -> dict:

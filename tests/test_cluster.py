@@ -316,6 +316,25 @@ def test_a_clusters_warnings_are_printed_once_for_the_runs_that_share_it(
     assert all(any("more than one thread" in e for e in ev) for ev in events)
 
 
+def test_a_warning_is_said_once_by_the_processes_that_share_a_file_of_them(
+    tmp_path, capsys, monkeypatch
+):
+    """On the emulated network each job of a sweep has a driver process of its own: the
+    cores warning was printed by every job's (four times by ``make compare``)."""
+    monkeypatch.setenv(dcoded.run.SAID_FILE, str(tmp_path / "said"))
+    for _ in range(2):  # two processes: each its own memory of what it said
+        monkeypatch.setattr(dcoded.run, "_SAID", set())
+        dcoded.run._warn_once("4 worker processes share the 2 cores", ["w1", "w2"])
+        dcoded.run._warn_once("another warning", ["w1", "w2"])
+    dcoded.run._warn_once("4 worker processes share the 2 cores", ["w3"])  # other workers
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "warning: 4 worker processes share the 2 cores",
+        "warning: another warning",
+        "warning: 4 worker processes share the 2 cores",
+    ]
+
+
 def test_a_worker_that_cannot_read_the_data_is_named_before_training(
     two_thread_cluster, tmp_path, monkeypatch
 ):
