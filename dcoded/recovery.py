@@ -25,7 +25,7 @@ from dcoded.engine.driver import SCHEDULER_TIMEOUT_S, Context
 from dcoded.engine.record import TrainingLog
 from dcoded.errors import CheckpointError, ConfigError, WorkerLost
 from dcoded.results import read_history
-from dcoded.settings import leaves
+from dcoded.settings import OPTION_KEYS, chosen_settings, leaves
 
 #: How long the end of a run (or of an attempt) waits for its workers to drop what they hold.
 TEARDOWN_WAIT_S = 10.0
@@ -277,7 +277,27 @@ def resumed_config(overrides: Sequence[str], cfg: Mapping | None = None) -> Dict
         if o not in groups:
             _set(out, {} if o.is_delete() else raw, o.key_or_group)
     _follow(out, before, raw)
+    _drop_retired(out, c)
     return OmegaConf.create(out)
+
+
+def _drop_retired(out: dict, c: Mapping) -> None:
+    """Drop from ``out`` the keys of a group that the option it chose no longer has in
+    ``conf/`` and the resume's own config ``c`` does not set: a checkpoint of an older dcoded
+    keeps them (``transport=dask``'s ``steps_per_task``), and a resume would warn of them as
+    settings it does not read.
+
+    >>> out = {"transport": {"name": "dask", "steps_per_task": 0}}
+    >>> _drop_retired(out, {"transport": {"name": "dask"}}); out
+    {'transport': {'name': 'dask'}}
+    """
+    for group in OPTION_KEYS:
+        own, node = chosen_settings(out, group), out.get(group)
+        if own is None or not isinstance(node, dict):
+            continue
+        mine = c.get(group) if isinstance(c.get(group), Mapping) else {}
+        for key in [k for k in node if k not in own and k not in mine]:
+            del node[key]
 
 
 def _follow(out: dict, before: Mapping, raw: Mapping) -> None:
