@@ -126,6 +126,7 @@ def make_summary(
         "start_step": rows[0]["step"] if rows else 0,
         "events": list(log.events) + _late(log),
         "recoveries": list(log.recoveries),
+        "peak_memory": _peak_memory(log, cluster_info),
         "environment": _environment(spec, cluster_info),
         "started": started.isoformat(timespec="seconds"),
         "loop_unix_s": getattr(log, "loop_unix_s", None),
@@ -210,6 +211,20 @@ def _bytes(spec: RunSpec, log, rows: list[dict], d: int) -> dict:
         if log.wire
         else None,
     }
+
+
+def _peak_memory(log, cluster_info: dict) -> dict | None:
+    """Each worker's peak resident memory in this run, in bytes (its process's ``VmHWM``,
+    started afresh at the run's first replica there), by rank (a worker that joined later: by
+    address), and the largest; ``None`` where no worker said (``serial``, a system without
+    ``/proc``). Workers that are threads of one process (``processes=false``) share its peak."""
+    if not log.peak_rss:
+        return None
+    workers = list(cluster_info.get("workers") or [])
+    per_worker = {
+        str(workers.index(w)) if w in workers else str(w): b for w, b in log.peak_rss.items()
+    }
+    return {"per_worker": per_worker, "max_bytes": max(log.peak_rss.values())}
 
 
 def _environment(spec: RunSpec, cluster_info: dict) -> dict:

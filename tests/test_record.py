@@ -240,3 +240,40 @@ def test_ddps_map_never_outlasts_its_step_when_the_ranks_are_skewed(tmp_path):
         assert r["map_s"] == pytest.approx(0.016 - 0.001)  # the step but the slow rank's update
         assert r["shuffle_s"] <= r["map_s"] <= r["step_s"]
     assert rows[0]["map_s"] == pytest.approx(0.020)  # from the loop's start: all its own
+
+
+def test_a_processes_peak_memory_starts_afresh_for_each_run():
+    """A worker process serves every job of a sweep: its peak resident memory is started
+    afresh at a run's first replica, so a run's peak is not an earlier job's."""
+    import numpy as np
+
+    from dcoded.engine import registry
+
+    if registry.peak_memory() is None:
+        pytest.skip("no /proc/self/status here")
+    before = registry.peak_memory()
+    big = np.ones(25_000_000)  # 200 MB, every page touched
+    high = registry.peak_memory()
+    del big
+    registry.reset_peak_memory()
+    after = registry.peak_memory()
+    assert high - before >= 150e6, (before, high)
+    assert after <= high - 150e6, (high, after)
+
+
+@pytest.mark.parametrize("algorithm", ["cdc", "ssgd", "serial"])
+def test_the_summary_has_each_workers_peak_memory(train, algorithm):
+    """``summary.json`` ``peak_memory``: each rank's peak resident memory and the largest
+    (the workers here are threads of this process: each says the process's peak)."""
+    from dcoded.engine import registry
+
+    summary = train(f"algorithm={algorithm}")
+    peak = summary["peak_memory"]
+    if algorithm == "serial":  # one process, no worker: nothing to say
+        assert peak is None
+        return
+    assert sorted(peak["per_worker"]) == ["0", "1", "2", "3"]
+    assert peak["max_bytes"] == max(peak["per_worker"].values())
+    # threads: this process's peak, as each thread's view of the counters has it (the
+    # kernel's per-thread counts are folded in every 64 page events: a few hundred kB apart)
+    assert 100e6 < peak["max_bytes"] <= registry.peak_memory() + 4e6

@@ -159,6 +159,8 @@ class TrainingLog:
         self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
         # multicast: datagrams sent again, asks, and datagrams received again by cause
         self.repairs: dict[str, int] = defaultdict(int)
+        # each worker's peak resident memory (bytes) as it answered the collections
+        self.peak_rss: dict[str | None, int] = {}
         # the straggle group, as its rows are written: how "slow" was made, the first
         # INJECTED_LISTED delays ([step, rank, drawn ms, slept ms]), totals per rank
         self.throttles: dict[int, dict] = {}
@@ -335,6 +337,9 @@ class TrainingLog:
         """Take in the workers' records and transfer logs, one reply of
         :func:`dcoded.engine.registry.drain_records` per worker."""
         for reply in replies:
+            peak, worker = reply.get("peak_rss"), reply.get("worker")
+            if peak is not None:
+                self.peak_rss[worker] = max(peak, self.peak_rss.get(worker, 0))
             for rec in reply["records"]:
                 self._add_record(rec)
             for e in reply["out"]:

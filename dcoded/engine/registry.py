@@ -169,8 +169,37 @@ def setup(
         first = len(_STATES) == 1  # the first replica here (threads of one process: once)
     if first and worker_process():
         hold_collections()
+        reset_peak_memory()  # this run's peak, not an earlier job's on the same worker
     st.throttle = throttle(run_id, rank, spec)
     return result
+
+
+def reset_peak_memory() -> None:
+    """Start this process's peak resident memory afresh (Linux: ``5`` written to
+    ``/proc/self/clear_refs`` resets ``VmHWM``); elsewhere nothing."""
+    try:
+        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"5")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def peak_memory() -> int | None:
+    """This process's peak resident memory in bytes since it began or since
+    :func:`reset_peak_memory` (``VmHWM``); ``None`` where the system does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def worker_process() -> bool:
@@ -275,13 +304,21 @@ def drain_records(run_id: str, dask_worker=None) -> dict:
     not drained before (run through ``client.run`` by :meth:`Context.collect`)."""
     with _LOCK:
         records = _RECORDS.pop(run_id, [])
-    out, inc, total = [], [], 0
+    out, inc, total, address = [], [], 0, None
     if dask_worker is not None:
+        address = getattr(dask_worker, "address", None)
         shift = float(getattr(dask_worker, "scheduler_delay", 0.0) or 0.0)
         out = _unseen(_long(dask_worker, "transfer_outgoing_log"), run_id, shift)
         inc = _unseen(_long(dask_worker, "transfer_incoming_log"), run_id, shift)
         total = int(dask_worker.transfer_outgoing_bytes_total)
-    return {"records": records, "out": out, "in": inc, "out_total": total}
+    return {
+        "records": records,
+        "out": out,
+        "in": inc,
+        "out_total": total,
+        "worker": address,
+        "peak_rss": peak_memory(),  # the process's: its workers' together where threads
+    }
 
 
 #: How many entries each of a worker's two transfer logs keeps: far more than a run moves
