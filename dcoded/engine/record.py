@@ -157,10 +157,8 @@ class TrainingLog:
         self._nonfinite: tuple[int, float] | None = None
         self.dask_by_kind: dict[str, float] = defaultdict(float)  # all steps, all workers
         self.direct_by_kind: dict[str, float] = defaultdict(float)  # the same, direct links
-        # multicast: datagrams sent again, asks, and datagrams received again by cause
-        self.repairs: dict[str, int] = defaultdict(int)
-        # each worker's peak resident memory (bytes) as it answered the collections
-        self.peak_rss: dict[str | None, int] = {}
+        self.repairs = defaultdict(int)  # multicast: sent again, asks, received again by cause
+        self.peak_rss: dict[str | None, int] = {}  # each worker's peak resident bytes
         # the straggle group, as its rows are written: how "slow" was made, the first
         # INJECTED_LISTED delays ([step, rank, drawn ms, slept ms]), totals per rank
         self.throttles: dict[int, dict] = {}

@@ -20,6 +20,7 @@ import signal
 import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -178,7 +179,7 @@ def reset_peak_memory() -> None:
     """Start this process's peak resident memory afresh (Linux: ``5`` written to
     ``/proc/self/clear_refs`` resets ``VmHWM``); elsewhere nothing."""
     try:
-        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
+        fd = os.open(_CLEAR_REFS, os.O_WRONLY)
     except OSError:
         return
     try:
@@ -193,13 +194,15 @@ def peak_memory() -> int | None:
     """This process's peak resident memory in bytes since it began or since
     :func:`reset_peak_memory` (``VmHWM``); ``None`` where the system does not say."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+_CLEAR_REFS = "/proc/self/clear_refs"  # written, not read: the kernel's, never a link
 
 
 def worker_process() -> bool:
