@@ -258,17 +258,19 @@ def or_loopback(cfg: Mapping) -> Mapping:
     loopback has no IP multicast), said in one line."""
     from omegaconf import DictConfig, OmegaConf
 
+    from dcoded.settings import conf_values  # conf/'s files as shipped
+
     why = loopback_reason(cfg.get("cluster") or {})
     if why is None:
         return cfg
     out = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
-    out["cluster"] = _shipped("cluster", "local") | {
+    out["cluster"] = conf_values("cluster/local.yaml") | {
         k: cfg["cluster"][k] for k in LOOPBACK_KEEPS if k in cfg["cluster"]
     }
     transport = cfg.get("transport") or {}
     multicast = transport.get("name") == "multicast"
     if multicast:
-        direct = _shipped("transport", "direct")
+        direct = conf_values("transport/direct.yaml")
         kept = {k: transport[k] for k in direct if k != "name" and k in transport}
         out["transport"] = direct | kept
     if why not in _FELL_BACK:
@@ -280,16 +282,6 @@ def or_loopback(cfg: Mapping) -> Mapping:
             file=sys.stderr,
         )
     return OmegaConf.create(out) if isinstance(cfg, DictConfig) else out
-
-
-def _shipped(group: str, option: str) -> dict:
-    """A config group's option as shipped (``conf/<group>/<option>.yaml``), as a dict."""
-    import importlib.resources
-
-    from omegaconf import OmegaConf
-
-    text = importlib.resources.files("dcoded.conf").joinpath(group, f"{option}.yaml").read_text()
-    return OmegaConf.to_container(OmegaConf.create(text))
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
