@@ -275,16 +275,12 @@ def jobs(overrides: Sequence[str] = ()) -> list:
     """The configs of ``python -m dcoded -m experiment=compare OVERRIDES``'s jobs, as its
     multirun composes them (:func:`dcoded.config.sweep_jobs`), for :func:`run_all`."""
     from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
 
-    from dcoded.config import CONFIG_MODULE, check_overrides, sweep_jobs
+    from dcoded.config import CONFIG_MODULE, check_overrides, multirun_master, sweep_jobs
 
     check_overrides(["experiment=compare", *overrides])  # a typo: one ConfigError line
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        master = GlobalHydra.instance().hydra.compose_config(  # as -m: overrides may sweep
-            "config", ["experiment=compare", *overrides], run_mode=RunMode.MULTIRUN
-        )
+        master = multirun_master(["experiment=compare", *overrides])  # as -m: they may sweep
         return [cfg for _, cfg in sweep_jobs(master)]
 
 

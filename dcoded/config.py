@@ -14,7 +14,7 @@ import difflib
 import math
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -227,6 +227,17 @@ def config_defaults() -> dict:
 
 
 _DEFAULTS: dict = {}
+
+
+def multirun_master(overrides: Sequence[str]) -> DictConfig:
+    """The config ``python -m dcoded -m OVERRIDES`` composes before its jobs (its ``hydra``
+    node included), which :func:`sweep_jobs` expands. Needs Hydra initialised."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    return GlobalHydra.instance().hydra.compose_config(
+        "config", list(overrides), run_mode=RunMode.MULTIRUN
+    )
 
 
 def sweep_jobs(master: DictConfig) -> list[tuple[list[str], DictConfig]]:

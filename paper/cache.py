@@ -147,12 +147,9 @@ def _hydra(config_dir: Path | None):
 
 
 def _master(experiment: str, overrides: list[str]):
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
+    from dcoded.config import multirun_master
 
-    return GlobalHydra.instance().hydra.compose_config(
-        "config", [f"experiment={experiment}", *overrides], run_mode=RunMode.MULTIRUN
-    )
+    return multirun_master([f"experiment={experiment}", *overrides])
 
 
 def plan(
